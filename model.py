@@ -1,0 +1,455 @@
+"""GPT-2, top to bottom: the input layer, attention with its KV cache, the MLP, the block, the model.
+
+Imports nothing of this repo. The input layer is the official GPT-2 one,
+    h = wte[X] + wpe[past_length + arange(T)],
+and can be swapped for a sinusoidal table or for no position signal at all (NoPE).
+"""
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+POS_ENCODINGS = ("learned", "sinusoidal", "none")
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024  # training context length; rows of the learned position table
+    vocab_size: int = 50304  # token ids are 0 .. vocab_size-1 (GPT-2: 50257, padded to 50304 for speed)
+    n_layer: int = 12  # transformer blocks
+    n_head: int = 12  # attention heads per block
+    n_embd: int = 768  # residual stream width
+    dropout: float = 0.0  # dropout on the input sum, attention weights and residual branches
+    bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2: True)
+    pos_encoding: str = "learned"  # position signal added to the token embedding: learned | sinusoidal | none
+
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.pos_encoding not in POS_ENCODINGS:
+            raise ValueError(f"pos_encoding={self.pos_encoding!r} is not one of {POS_ENCODINGS}")
+        if self.pos_encoding == "sinusoidal" and self.n_embd % 2:
+            raise ValueError(f"pos_encoding='sinusoidal' needs an even n_embd, got {self.n_embd}")
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+
+
+class InputLayer(nn.Module):
+    """Token embedding plus one position encoding. The only place where positions enter the model."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        # Plain Parameters (not nn.Embedding) so that building the position table draws no random numbers:
+        # two variants built under one seed then get identical shared weights.
+        self.wte = nn.Parameter(torch.empty(config.vocab_size, config.n_embd))
+        if config.pos_encoding == "learned":
+            self.wpe = nn.Parameter(torch.empty(config.block_size, config.n_embd))
+        elif config.pos_encoding == "sinusoidal":
+            inv_freq = 10000.0 ** (-torch.arange(0, config.n_embd, 2, dtype=torch.float64) / config.n_embd)
+            self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self.drop = nn.Dropout(config.dropout)
+
+    def reset_token_table(self) -> None:
+        nn.init.normal_(self.wte, mean=0.0, std=0.02)
+
+    def reset_position_table(self) -> None:
+        if self.config.pos_encoding == "learned":
+            nn.init.normal_(self.wpe, mean=0.0, std=0.01)
+
+    def position_encoding(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """(T,) absolute positions -> (T, n_embd), or None when the model has no position signal."""
+        if self.config.pos_encoding == "learned":
+            return self.wpe[positions]
+        if self.config.pos_encoding == "sinusoidal":
+            angles = positions.float()[:, None] * self.inv_freq[None, :]
+            # Vaswani et al.: sin on even features, cos on odd ones, interleaved.
+            return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
+        return None
+
+    def forward(self, idx: torch.Tensor, past_length: int = 0) -> torch.Tensor:
+        check_positions(self.config, idx.size(1), past_length)
+        h = F.embedding(idx, self.wte)
+        positions = torch.arange(past_length, past_length + idx.size(1), device=idx.device)
+        pe = self.position_encoding(positions)
+        if pe is not None:
+            h = h + pe.to(h.dtype)
+        return self.drop(h)
+
+
+def check_positions(config: GPTConfig, seq_len: int, past_length: int) -> None:
+    if seq_len < 1:
+        raise ValueError("empty sequence: idx has T=0 tokens; give at least one token")
+    if past_length < 0:
+        raise ValueError(f"past_length={past_length} must be >= 0")
+    if config.pos_encoding == "learned" and past_length + seq_len > config.block_size:
+        raise ValueError(
+            f"position {past_length + seq_len - 1} is out of range: T={seq_len} new tokens after "
+            f"past_length={past_length} cached ones need positions up to {past_length + seq_len - 1}, but the "
+            f"learned position table has block_size={config.block_size} rows (0..{config.block_size - 1}). "
+            "Crop the context to block_size tokens; pos_encoding 'sinusoidal' and 'none' have no such cap."
+        )
+
+
+def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
+    # Skipped while compiling: the check needs a device sync, and compiled training reads pre-checked data.
+    if torch.compiler.is_compiling():
+        return
+    if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"token ids must be an integer tensor, got dtype {idx.dtype}")
+    low, high = int(idx.min()), int(idx.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"token id {bad} is outside [0, vocab_size={vocab_size})")
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, preallocated for max_length positions in every layer."""
+
+    def __init__(self, config: GPTConfig, batch_size: int, max_length: int, device, dtype: torch.dtype):
+        head_dim = config.n_embd // config.n_head
+        shape = (config.n_layer, batch_size, config.n_head, max_length, head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.length = 0  # past_length: positions already cached
+
+    def reset(self) -> None:
+        self.length = 0
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+                past_length: int = 0) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        mask, is_causal = None, T > 1
+        if kv_cache is not None:
+            cache_k, cache_v = kv_cache
+            cache_k[:, :, past_length:past_length + T] = k
+            cache_v[:, :, past_length:past_length + T] = v
+            k, v = cache_k[:, :, :past_length + T], cache_v[:, :, :past_length + T]
+            if past_length > 0 and T > 1:
+                # SDPA's is_causal aligns the mask top-left; new queries sit bottom-right, after the cache.
+                key_pos = torch.arange(past_length + T, device=x.device)
+                query_pos = torch.arange(past_length, past_length + T, device=x.device)
+                mask, is_causal = key_pos[None, :] <= query_pos[:, None], False
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, kv_cache=None, past_length: int = 0) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), kv_cache, past_length)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.input_layer = InputLayer(config)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.input_layer.wte  # weight tying: one Parameter, both uses add to its grad
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # Position table last, so the shared weights do not depend on which position encoding is used.
+        self.input_layer.reset_token_table()
+        for name, p in self.blocks.named_parameters():
+            if name.endswith("c_proj.weight"):  # residual projections, scaled as in GPT-2
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
+            elif p.dim() == 2:
+                nn.init.normal_(p, mean=0.0, std=0.02)
+            elif name.endswith("weight"):  # LayerNorm gain
+                nn.init.ones_(p)
+            else:
+                nn.init.zeros_(p)
+        nn.init.ones_(self.ln_f.weight)
+        if self.ln_f.bias is not None:
+            nn.init.zeros_(self.ln_f.bias)
+        self.input_layer.reset_position_table()
+
+    def get_num_params(self, non_embedding: bool = False) -> int:
+        """Parameters, the tied head counted once; non_embedding=True leaves out the position table (nanoGPT)."""
+        n_params = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.config.pos_encoding == "learned":
+            n_params -= self.input_layer.wpe.numel()
+        return n_params
+
+    def make_cache(self, batch_size: int, max_length: int | None = None, dtype: torch.dtype | None = None) -> KVCache:
+        """An empty KV cache for batch_size sequences of up to max_length (default block_size) positions."""
+        wte = self.input_layer.wte
+        return KVCache(self.config, batch_size, max_length or self.config.block_size, wte.device, dtype or wte.dtype)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits (B, T, vocab_size) for idx (B, T), and the mean cross-entropy if targets are given.
+
+        With a cache, idx holds the new tokens only: they get positions cache.length .. cache.length+T-1,
+        attend to every cached token, and are appended to the cache.
+        """
+        if idx.dim() != 2:
+            raise ValueError(f"idx must have shape (batch, T), got {tuple(idx.shape)}")
+        check_token_ids(idx, self.config.vocab_size)
+        past_length = 0
+        if cache is not None:
+            past_length = cache.length
+            if idx.size(0) != cache.batch_size:
+                raise ValueError(f"idx has batch size {idx.size(0)} but the KV cache holds {cache.batch_size}")
+            if past_length + idx.size(1) > cache.max_length:
+                raise ValueError(f"KV cache overflow: past_length={past_length} + T={idx.size(1)} exceeds "
+                                 f"the cache's max_length={cache.max_length}")
+        x = self.input_layer(idx, past_length)
+        for layer, block in enumerate(self.blocks):
+            kv = None if cache is None else (cache.keys[layer], cache.values[layer])
+            x = block(x, kv, past_length)
+        if cache is not None:
+            cache.length += idx.size(1)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def crop_block_size(self, block_size: int) -> None:
+        """Shrink the context length, e.g. to finetune GPT-2 (1024) with a smaller block_size."""
+        if not 0 < block_size <= self.config.block_size:
+            raise ValueError(f"block_size={block_size} must be in [1, {self.config.block_size}]")
+        self.config.block_size = block_size
+        if self.config.pos_encoding == "learned":
+            self.input_layer.wpe = nn.Parameter(self.input_layer.wpe[:block_size].detach().clone())
+
+    def configure_optimizers(self, weight_decay: float, learning_rate: float, betas: tuple[float, float],
+                             device_type: str) -> torch.optim.AdamW:
+        """AdamW with weight decay on matrices (embeddings included) and none on biases and LayerNorm gains."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        # fused needs every parameter on the GPU; foreach is the fast path elsewhere.
+        fused = device_type == "cuda"
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused, foreach=None if fused else True)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs (forward + backward) per token at context seq_len, as in the PaLM appendix."""
+        n_params = self.get_num_params(non_embedding=True)
+        return 6 * n_params + 12 * self.config.n_layer * self.config.n_embd * seq_len
+
+    @torch.no_grad()
+    def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                        top_k: int | None = None, top_p: float | None = None, slide: int | None = None,
+                        use_cache: bool = True, generator: torch.Generator | None = None):
+        """Yield max_new_tokens tokens, each (B, 1), continuing idx (B, T).
+
+        The context window holds at most block_size tokens. When it is full, the oldest `slide` tokens
+        (default block_size // 2) are dropped and the rest is run again from position 0: cached keys and
+        values carry their positions and cannot be shifted. slide=1 is nanoGPT's crop-every-step.
+        use_cache=False runs the whole window every step (the slow reference) under the same policy.
+        """
+        block_size = self.config.block_size
+        slide = block_size // 2 if slide is None else slide
+        if not 1 <= slide <= block_size:
+            raise ValueError(f"slide={slide} must be in [1, block_size={block_size}]")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        context = idx[:, -block_size:]
+        cache = self.make_cache(idx.size(0)) if use_cache else None
+        logits = self(context, cache=cache)[0][:, -1]
+        for step in range(max_new_tokens):
+            next_token = sample_next_token(logits, temperature, top_k, top_p, generator)
+            yield next_token
+            if step == max_new_tokens - 1:
+                break
+            if context.size(1) == block_size:
+                context = torch.cat((context[:, slide:], next_token), dim=1)
+                if cache is not None:
+                    cache.reset()
+                logits = self(context, cache=cache)[0][:, -1]
+            else:
+                context = torch.cat((context, next_token), dim=1)
+                logits = (self(next_token, cache=cache) if cache is not None else self(context))[0][:, -1]
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 **kwargs) -> torch.Tensor:
+        """idx (B, T) followed by max_new_tokens sampled tokens (nanoGPT's signature; see generate_stream)."""
+        new_tokens = list(self.generate_stream(idx, max_new_tokens, temperature, top_k, **kwargs))
+        return torch.cat([idx, *new_tokens], dim=1)
+
+    @classmethod
+    def from_pretrained(cls, name_or_dir: str, dropout: float = 0.0) -> "GPT":
+        """GPT-2 weights from a local Hugging Face directory, or by name (gpt2, gpt2-medium, ...) with network."""
+        directory = Path(name_or_dir)
+        if not directory.is_dir():
+            directory = download_hf_gpt2(name_or_dir)
+        hf_config = json.loads((directory / "config.json").read_text())
+        if hf_config.get("activation_function", "gelu_new") != "gelu_new" or hf_config.get("n_inner") not in (
+                None, 4 * hf_config["n_embd"]):
+            raise ValueError(f"{directory} is not a GPT-2 architecture this model can hold (activation, n_inner)")
+        config = GPTConfig(block_size=hf_config["n_positions"], vocab_size=hf_config["vocab_size"],
+                           n_layer=hf_config["n_layer"], n_head=hf_config["n_head"], n_embd=hf_config["n_embd"],
+                           dropout=dropout, bias=True, pos_encoding="learned")
+        model = cls(config)
+        model.load_state_dict(hf_to_ours(read_hf_weights(directory)))
+        return model
+
+    def export_hf(self, directory: str | os.PathLike) -> None:
+        """Write config.json + model.safetensors that transformers' GPT2LMHeadModel.from_pretrained loads."""
+        from safetensors.torch import save_file
+
+        if self.config.pos_encoding != "learned":
+            raise ValueError(f"GPT-2 in transformers has a learned position table; this model has "
+                             f"pos_encoding={self.config.pos_encoding!r}")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        c = self.config
+        hf_config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
+                     "n_positions": c.block_size, "n_ctx": c.block_size, "n_embd": c.n_embd, "n_layer": c.n_layer,
+                     "n_head": c.n_head, "n_inner": None, "activation_function": "gelu_new",
+                     "resid_pdrop": c.dropout, "embd_pdrop": c.dropout, "attn_pdrop": c.dropout,
+                     "layer_norm_epsilon": 1e-5, "initializer_range": 0.02, "tie_word_embeddings": True,
+                     # GPT-2's <|endoftext|>, where the vocabulary has it
+                     "bos_token_id": 50256 if c.vocab_size > 50256 else None,
+                     "eos_token_id": 50256 if c.vocab_size > 50256 else None}
+        (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+        save_file(ours_to_hf(self.state_dict(), c), str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+
+# Hugging Face's GPT-2 stores these Linear layers as Conv1D, whose weight is the transpose of ours.
+_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def hf_to_ours(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    state = {}
+    for key, tensor in hf_state.items():
+        key = key.removeprefix("transformer.")
+        if key.endswith((".attn.bias", ".attn.masked_bias")) or key == "lm_head.weight":
+            continue  # causal-mask buffers of old checkpoints; the head is tied to wte
+        if key in ("wte.weight", "wpe.weight"):
+            key = "input_layer." + key.removesuffix(".weight")
+        elif key.startswith("h."):
+            key = "blocks." + key.removeprefix("h.")
+        if key.endswith(_CONV1D):
+            tensor = tensor.t()
+        state[key] = tensor.contiguous()
+    state["lm_head.weight"] = state["input_layer.wte"]
+    return state
+
+
+def ours_to_hf(state: dict[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
+    hf_state = {}
+    for key, tensor in state.items():
+        if key == "lm_head.weight":
+            continue  # tied to wte; transformers ties it again on load
+        if key.endswith(_CONV1D):
+            tensor = tensor.t()
+        if key.startswith("input_layer."):
+            key = key.removeprefix("input_layer.") + ".weight"
+        elif key.startswith("blocks."):
+            key = "h." + key.removeprefix("blocks.")
+        hf_state["transformer." + key] = tensor.detach().cpu().contiguous()
+    if not config.bias:  # transformers' GPT-2 always has biases; zeros are the same function
+        for key in [k for k in hf_state if k.startswith(("transformer.h.", "transformer.ln_f"))]:
+            # a Conv1D weight is (in, out) and a LayerNorm gain (width,): the bias is as long as the last dim
+            hf_state[key.removesuffix("weight") + "bias"] = torch.zeros(hf_state[key].shape[-1])
+    return hf_state
+
+
+def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+    if (directory / "model.safetensors").exists():
+        from safetensors.torch import load_file
+
+        return load_file(str(directory / "model.safetensors"))
+    if (directory / "pytorch_model.bin").exists():
+        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{directory} has neither model.safetensors nor pytorch_model.bin")
+
+
+def download_hf_gpt2(name: str) -> Path:
+    """Fetch config.json and the weights of a GPT-2 from the Hugging Face hub (or its local cache)."""
+    names = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+    if name.removeprefix("openai-community/") not in names:
+        raise ValueError(f"{name!r} is neither a local directory nor one of {names}")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as e:
+        raise RuntimeError(f"loading {name!r} by name needs `pip install transformers`; or pass a local "
+                           "directory with config.json and model.safetensors") from e
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
+    try:
+        return Path(snapshot_download(name, allow_patterns=["config.json", "model.safetensors"]))
+    except Exception as e:
+        raise RuntimeError(f"could not download {name!r} from the Hugging Face hub ({type(e).__name__}); offline, "
+                           "pass a local directory holding config.json and model.safetensors instead") from e
+
+
+def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                      top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy."""
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy)")
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = filter_logits(logits.float() / temperature, top_k, top_p)
+    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
+    """Set to -inf every logit outside the top_k, and outside the smallest set whose probability reaches top_p."""
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"top_k={top_k} must be >= 1")
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p={top_p} must be in (0, 1]")
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = F.softmax(sorted_logits, dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # a token stays while the tokens above it fall short of p
+        drop_sorted = mass_before >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
