@@ -1,0 +1,142 @@
+"""Token streams on disk: text -> tokenizer.json + train.bin + val.bin, and random batches back out of them."""
+
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tokenizer import TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parent
+
+
+@dataclass
+class PrepareConfig:
+    input: str = ""  # a UTF-8 text file to train on; empty: the dataset's default text
+    val_fraction: float = 0.1  # share of the tokens, taken from the end, held out for validation
+    dtype: str = "auto"  # token dtype on disk: auto (uint16, uint32 when the vocabulary needs it) | uint16 | uint32
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction={self.val_fraction} must be in (0, 1)")
+        if self.dtype not in ("auto", "uint16", "uint32"):
+            raise ValueError(f"dtype={self.dtype!r} must be auto, uint16 or uint32")
+
+
+def read_text(path: str | os.PathLike) -> str:
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"input file {str(path)!r} does not exist")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"input file {str(path)!r} is not UTF-8 text: byte {e.object[e.start]:#x} at offset "
+                         f"{e.start} cannot be decoded") from None
+    if not text:
+        raise ValueError(f"input file {str(path)!r} is empty")
+    return text
+
+
+def download_text(url: str, destination: Path, timeout: float = 10.0) -> str:
+    """Download url to destination once; offline this fails within `timeout` seconds with a clear message."""
+    if not destination.exists():
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                data = response.read()
+        except OSError as e:
+            raise ConnectionError(f"could not download {url} ({e}); offline, pass a local text file with "
+                               "--input=PATH") from None
+        destination.write_bytes(data)
+    return read_text(destination)
+
+
+def token_dtype(vocab_size: int, requested: str = "auto") -> np.dtype:
+    needed = np.uint16 if vocab_size <= 2**16 else np.uint32
+    if vocab_size > 2**32:
+        raise ValueError(f"vocab_size={vocab_size} does not fit in uint32")
+    if requested == "auto":
+        return np.dtype(needed)
+    if np.iinfo(requested).max < vocab_size - 1:
+        raise ValueError(f"vocab_size={vocab_size} does not fit dtype {requested} (largest id "
+                         f"{np.iinfo(requested).max}); use --dtype=uint32 or auto")
+    return np.dtype(requested)
+
+
+def prepare(text: str, out_dir: str | os.PathLike, tokenizer_kind: str, config: PrepareConfig | None = None,
+            source: str = "") -> dict:
+    """Tokenize text and write tokenizer.json, train.bin and val.bin to out_dir. Returns the description."""
+    config = config or PrepareConfig()
+    if tokenizer_kind == "char":
+        tokenizer = CharTokenizer.from_text(text)
+        ids = np.array(tokenizer.encode(text), dtype=np.int64)
+    elif tokenizer_kind == "gpt2":
+        tokenizer = GPT2Tokenizer()
+        ids = tokenizer.encode_documents(text)
+    else:
+        raise ValueError(f"tokenizer {tokenizer_kind!r} must be 'char' or 'gpt2'")
+    dtype = token_dtype(tokenizer.vocab_size, config.dtype)
+    n_val = int(len(ids) * config.val_fraction)
+    if n_val < 2 or len(ids) - n_val < 2:
+        raise ValueError(f"the corpus is too short: {len(ids)} tokens give {len(ids) - n_val} train and {n_val} "
+                         f"val tokens (val_fraction={config.val_fraction}); each split needs at least 2")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ids[:-n_val].astype(dtype).tofile(out / "train.bin")
+    ids[-n_val:].astype(dtype).tofile(out / "val.bin")
+    description = {**tokenizer.description(), "dtype": dtype.name, "train_tokens": len(ids) - n_val,
+                   "val_tokens": n_val, "source": source}
+    (out / TOKENIZER_FILE).write_text(json.dumps(description, indent=1), encoding="utf-8")
+    return description
+
+
+def prepare_main(argv: list[str], out_dir: Path, tokenizer_kind: str, default_text, about: str) -> None:
+    """The command line of every data/<name>/prepare.py. default_text() gives the text when --input is not set."""
+    from options import main_guard, parse_options
+
+    def main(argv: list[str]) -> None:
+        (config,) = parse_options(argv, (PrepareConfig,), prog=f"data/{out_dir.name}/prepare.py", description=about)
+        text = read_text(config.input) if config.input else default_text()
+        description = prepare(text, out_dir, tokenizer_kind, config, source=config.input or "default")
+        print(f"{out_dir}: vocab {description['vocab_size']}, train {description['train_tokens']:,} tokens, "
+              f"val {description['val_tokens']:,} tokens ({description['dtype']})")
+
+    main_guard(main, argv)
+
+
+def resolve_data_dir(dataset: str) -> Path:
+    """A dataset name (a folder under data/) or a path to a prepared folder."""
+    path = Path(dataset)
+    if not path.is_dir():
+        path = REPO_ROOT / "data" / dataset
+    if not (path / TOKENIZER_FILE).is_file():
+        raise FileNotFoundError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing; run "
+                                f"python data/{path.name}/prepare.py (or give --dataset=PATH to a prepared folder)")
+    return path
+
+
+def load_split(data_dir: Path, split: str, block_size: int) -> np.ndarray:
+    """The token stream of one split as a read-only memmap; it must hold at least one block plus its target."""
+    description = json.loads((data_dir / TOKENIZER_FILE).read_text(encoding="utf-8"))
+    data = np.memmap(data_dir / f"{split}.bin", dtype=np.dtype(description["dtype"]), mode="r")
+    if len(data) < block_size + 1:
+        raise ValueError(f"{data_dir / (split + '.bin')} holds {len(data)} tokens, too few for one block: "
+                         f"block_size={block_size} needs at least {block_size + 1}; use a smaller block_size "
+                         "or a longer corpus")
+    return data
+
+
+def sample_offsets(data_length: int, block_size: int, count: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.randint(data_length - block_size, (count,), generator=generator)
+
+
+def get_batch(data: np.ndarray, offsets: torch.Tensor, block_size: int, device: torch.device) -> tuple:
+    """Inputs and next-token targets (len(offsets), block_size), moved to device."""
+    x = torch.from_numpy(np.stack([data[i:i + block_size] for i in offsets.tolist()]).astype(np.int64))
+    y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block_size] for i in offsets.tolist()]).astype(np.int64))
+    if device.type == "cuda":  # pinned memory lets the copy overlap with the GPU's work
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)

@@ -1,0 +1,197 @@
+"""One option parser for every script: config files and --key=value flags into dataclasses.
+
+nanoGPT-compatible: `python train.py config/some_file.py --batch_size=32 --compile=False`. A config file is
+plain Python assignments (`n_layer = 4`, `max_iters = 5000 * 2`), read with the ast module, never executed.
+Each dataclass field is documented by the comment on its line; `--help` prints those comments.
+"""
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import operator
+import re
+import sys
+import types
+import typing
+from pathlib import Path
+
+
+class OptionError(ValueError):
+    """A bad option, config file or value; the message says which and what would be valid."""
+
+
+def field_docs(section: type) -> dict[str, str]:
+    """The trailing `# comment` of each field line in the dataclass source."""
+    docs = {}
+    for line in inspect.getsource(section).splitlines():
+        match = re.match(r"\s+(\w+)\s*:[^=]*=.*?#\s*(.*)$", line)
+        if match:
+            docs[match.group(1)] = match.group(2)
+    return docs
+
+
+def _fields(sections: tuple[type, ...], skip: tuple[str, ...]) -> dict[str, tuple[type, dataclasses.Field]]:
+    fields = {}
+    for section in sections:
+        for field in dataclasses.fields(section):
+            if field.name not in skip:
+                fields[field.name] = (section, field)
+    return fields
+
+
+def format_help(prog: str, description: str, sections: tuple[type, ...], skip: tuple[str, ...] = ()) -> str:
+    lines = [f"usage: python {prog} [config_file.py ...] [--key=value ...]", "", description.strip(), ""]
+    for section in sections:
+        docs, hints = field_docs(section), typing.get_type_hints(section)
+        lines.append(f"{section.__name__}:")
+        for field in dataclasses.fields(section):
+            if field.name in skip:
+                continue
+            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+            kind = getattr(hints[field.name], "__name__", str(hints[field.name]))
+            lines.append(f"  --{field.name}={default!r}  ({kind})  {docs.get(field.name, '')}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _unknown(name: str, known: typing.Iterable[str], where: str) -> OptionError:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else "; see --help for the valid options"
+    return OptionError(f"unknown option {name!r} {where}{hint}")
+
+
+def _convert(name: str, value: object, hint: object) -> object:
+    """Check or convert a value (a Python object from a config file, or str from the command line)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if (value is None or value == "None") and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(name, value, arg)
+            except OptionError:
+                pass
+        raise OptionError(f"--{name}={value!r}: expected {hint}")
+    if origin is list:
+        if isinstance(value, str):
+            value = ast.literal_eval(value) if value.startswith("[") else [v for v in value.split(",") if v]
+        if not isinstance(value, (list, tuple)):
+            raise OptionError(f"--{name}={value!r}: expected a list like a,b,c")
+        return [_convert(name, v, args[0]) for v in value]
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no"):
+            return False
+        raise OptionError(f"--{name}={value!r}: expected True or False")
+    if hint in (int, float):
+        if isinstance(value, bool):
+            raise OptionError(f"--{name}={value!r}: expected {hint.__name__}, got a bool")
+        try:
+            number = hint(value) if isinstance(value, str) else value
+        except ValueError:
+            number = None
+        if hint is float and isinstance(number, int):
+            number = float(number)
+        if not isinstance(number, hint):
+            raise OptionError(f"--{name}={value!r}: expected {hint.__name__}")
+        return number
+    if hint is str:
+        if not isinstance(value, str):
+            raise OptionError(f"--{name}={value!r}: expected a string")
+        return value
+    raise OptionError(f"--{name}: unsupported option type {hint}")
+
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.Mod: operator.mod,
+              ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def _evaluate(node: ast.AST, names: dict[str, object]) -> object:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_evaluate(item, names) for item in node.elts]
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left, names), _evaluate(node.right, names))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.operand, names))
+    raise ValueError(ast.unparse(node))
+
+
+def read_config_file(path: str) -> dict[str, object]:
+    """The assignments of a config file, in order. Literals, arithmetic and earlier names are allowed."""
+    file = Path(path)
+    if not file.is_file():
+        raise OptionError(f"config file {path!r} does not exist")
+    tree = ast.parse(file.read_text(encoding="utf-8"), filename=path)
+    values: dict[str, object] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # a docstring
+        target = statement.targets[0] if isinstance(statement, ast.Assign) and len(statement.targets) == 1 else None
+        if not isinstance(target, ast.Name):
+            raise OptionError(f"{path}:{statement.lineno}: a config file holds only `name = value` lines")
+        try:
+            values[target.id] = _evaluate(statement.value, values)
+        except (ValueError, TypeError, ArithmeticError) as e:
+            raise OptionError(f"{path}:{statement.lineno}: {target.id} = {e}: only literals, arithmetic and "
+                              "names assigned above are allowed") from None
+    return values
+
+
+def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, description: str,
+                  skip: tuple[str, ...] = ()) -> tuple:
+    """Instances of each dataclass in sections, from config files then --key=value flags, in argv order.
+
+    skip names fields that the command line may not set (they are derived elsewhere).
+    """
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(format_help(prog, description, sections, skip))
+        sys.exit(0)
+    fields = _fields(sections, skip)
+    hints = {name: typing.get_type_hints(section)[name] for name, (section, _) in fields.items()}
+    chosen: dict[str, object] = {}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if not arg.startswith("--"):
+            for name, value in read_config_file(arg).items():
+                if name not in fields:
+                    raise _unknown(name, fields, f"in config file {arg}")
+                chosen[name] = _convert(name, value, hints[name])
+            continue
+        name, has_value, value = arg[2:].partition("=")
+        if name not in fields:
+            raise _unknown(name, fields, "on the command line")
+        if not has_value:
+            if hints[name] is bool:
+                value = "True"
+            elif args:
+                value = args.pop(0)
+            else:
+                raise OptionError(f"--{name} needs a value: --{name}=VALUE")
+        chosen[name] = _convert(name, value, hints[name])
+    instances = []
+    for section in sections:
+        kwargs = {f.name: chosen[f.name] for f in dataclasses.fields(section) if f.name in chosen}
+        try:
+            instances.append(section(**kwargs))
+        except ValueError as e:
+            raise OptionError(str(e)) from None
+    return tuple(instances)
+
+
+def main_guard(main: typing.Callable[[list[str]], object], argv: list[str] | None = None) -> None:
+    """Run a script's main; a bad option or input ends it with the message alone and exit status 2."""
+    try:
+        main(sys.argv[1:] if argv is None else argv)
+    except (ValueError, FileNotFoundError, ConnectionError, ArithmeticError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
