@@ -233,10 +233,10 @@ class GPT(nn.Module):
         """
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (batch, T), got {tuple(idx.shape)}")
+        past_length = 0 if cache is None else cache.length
+        check_positions(self.config, idx.size(1), past_length)
         check_token_ids(idx, self.config.vocab_size)
-        past_length = 0
         if cache is not None:
-            past_length = cache.length
             if idx.size(0) != cache.batch_size:
                 raise ValueError(f"idx has batch size {idx.size(0)} but the KV cache holds {cache.batch_size}")
             if past_length + idx.size(1) > cache.max_length:

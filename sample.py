@@ -1,0 +1,113 @@
+"""Sample from a trained model (or GPT-2 weights) with the KV cache:
+    python sample.py --out_dir=out-shakespeare-char-cpu --start="ROMEO:" --stream
+    python sample.py --init_from=/path/to/hf/gpt2 --start=FILE:prompt.txt --top_p=0.9
+"""
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from checkpoint import load_checkpoint, model_from_checkpoint
+from model import GPT
+from options import main_guard, parse_options
+from tokenizer import GPT2Tokenizer, Tokenizer, from_description
+from train import autocast_context, choose_device, choose_dtype
+
+
+@dataclass
+class SampleConfig:
+    out_dir: str = "out"  # the training run to sample from: its best.pt, else its ckpt.pt
+    init_from: str = "resume"  # resume (a checkpoint in out_dir) | gpt2, gpt2-medium, ... | a local HF GPT-2 dir
+    start: str = "\n"  # the prompt, or FILE:path to read it from a file; empty: end-of-text (BPE) / newline (char)
+    num_samples: int = 3  # samples, generated together as one batch
+    max_new_tokens: int = 500  # tokens generated per sample
+    temperature: float = 0.8  # divides the logits; 0 means greedy
+    top_k: int | None = 200  # keep only the k most likely tokens; None: all
+    top_p: float | None = None  # keep the smallest set of tokens whose probability reaches p; None: all
+    slide: int | None = None  # tokens dropped when the context window is full; None: block_size // 2
+    seed: int = 1337  # seeds the sampling
+    device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | mps
+    dtype: str = "auto"  # auto (bfloat16/float16 on GPU, float32 elsewhere) | float32 | bfloat16 | float16
+    stream: bool = False  # print the first sample's tokens as they come
+    no_cache: bool = False  # run the whole window every step: the slow reference path
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 1 or self.max_new_tokens < 0:
+            raise ValueError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
+                             f"{self.max_new_tokens} >= 0")
+
+
+def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
+    """A model and the tokenizer its data was made with."""
+    if init_from != "resume":
+        return GPT.from_pretrained(init_from), GPT2Tokenizer()
+    run = Path(out_dir)
+    path = run / "best.pt" if (run / "best.pt").exists() else run / "ckpt.pt"
+    state = load_checkpoint(path)
+    return model_from_checkpoint(state), from_description(state["tokenizer"])
+
+
+def encode_prompt(tokenizer: Tokenizer, start: str, block_size: int) -> list[int]:
+    """Prompt ids: text or FILE:path; empty starts from the tokenizer's start token; cropped to block_size."""
+    if start.startswith("FILE:"):
+        start = Path(start.removeprefix("FILE:")).read_text(encoding="utf-8")
+    ids = tokenizer.encode(start) if start else [tokenizer.start_token()]
+    if len(ids) > block_size:
+        print(f"warning: the prompt has {len(ids)} tokens; keeping its last block_size={block_size}",
+              file=sys.stderr)
+        ids = ids[-block_size:]
+    return ids
+
+
+def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None) -> list[str]:
+    """num_samples continuations of the prompt (prompt included). on_text(piece) receives sample 0 as it grows."""
+    device = next(model.parameters()).device
+    prompt = encode_prompt(tokenizer, config.start, model.config.block_size)
+    idx = torch.tensor([prompt] * config.num_samples, dtype=torch.long, device=device)
+    generator = torch.Generator(device=device).manual_seed(config.seed)
+    dtype = choose_dtype(config.dtype, device)
+    tokens = [list(row) for row in idx.tolist()]
+    shown = len(tokenizer.decode(tokens[0]))
+    if on_text is not None:
+        on_text(tokenizer.decode(tokens[0]))
+    with autocast_context(device, dtype):
+        for next_tokens in model.generate_stream(idx, config.max_new_tokens, config.temperature, config.top_k,
+                                                 config.top_p, config.slide, use_cache=not config.no_cache,
+                                                 generator=generator):
+            for row, token in zip(tokens, next_tokens[:, 0].tolist(), strict=True):
+                row.append(token)
+            if on_text is not None:
+                text = tokenizer.decode(tokens[0])
+                if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+                    on_text(text[shown:])
+                    shown = len(text)
+    return [tokenizer.decode(row) for row in tokens]
+
+
+def main(argv: list[str]) -> None:
+    (config,) = parse_options(argv, (SampleConfig,), prog="sample.py", description=__doc__)
+    device = choose_device(config.device)
+    model, tokenizer = load_model(config.init_from, config.out_dir)
+    model.eval().to(device)
+
+    def show(piece: str) -> None:
+        print(piece, end="", flush=True)
+
+    started = time.perf_counter()
+    samples = sample(model, tokenizer, config, on_text=show if config.stream else None)
+    seconds = time.perf_counter() - started
+    for number, text in enumerate(samples):
+        if config.stream and number == 0:
+            print()
+        else:
+            print(text)
+        print("---------------")
+    print(f"{config.num_samples * config.max_new_tokens / seconds:,.0f} tokens/s "
+          f"({'no cache' if config.no_cache else 'KV cache'})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main_guard(main, sys.argv[1:])

@@ -1,0 +1,599 @@
+"""Tests of model.py, each against something independent of the code under test: a formula, the NumPy
+reference in input_layer_numpy.py, Hugging Face transformers' GPT2LMHeadModel, the uncached forward pass,
+or a finite-difference gradient. Small configs only; nothing is downloaded.
+"""
+
+import copy
+import inspect
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import input_layer_numpy as ref
+import model as M
+from model import GPT, GPTConfig, InputLayer
+
+POS_ENCODINGS = ("learned", "sinusoidal", "none")
+BLOCK, VOCAB = 16, 37  # the tiny model of most tests
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors run fastest on one thread; on a busy 2-core machine, two OpenMP threads waiting on each
+    other made a LayerNorm of a (2, 5, 32) tensor take 8 ms instead of 10 us (measured). Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_config(pos_encoding: str = "learned", **overrides) -> GPTConfig:
+    kw = dict(block_size=BLOCK, vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=32, pos_encoding=pos_encoding)
+    kw.update(overrides)
+    return GPTConfig(**kw)
+
+
+@torch.no_grad()
+def randomize_(module: nn.Module, std: float = 0.2, seed: int = 0) -> nn.Module:
+    """Overwrite every parameter with N(0, std^2) (LayerNorm gains 1 + N(0, 0.1^2)).
+
+    GPT-2's own initialisation (std 0.02, zero biases) makes logits nearly flat and positions nearly
+    invisible, so a wrong mask or a wrong position would move logits by less than the tolerances. With
+    std 0.2 attention is sharp and the position signal large, which makes these comparisons sensitive.
+    """
+    g = torch.Generator().manual_seed(seed)
+    for name, p in module.named_parameters():  # a tied Parameter is visited once
+        noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+        is_ln_gain = p.dim() == 1 and name.endswith("weight") and ".ln_" in "." + name
+        p.copy_(1.0 + 0.1 * noise if is_ln_gain else std * noise)
+    return module
+
+
+def tiny_model(pos_encoding: str = "learned", seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    return randomize_(GPT(tiny_config(pos_encoding, **overrides)), seed=seed).eval()
+
+
+def random_ids(*shape: int, vocab: int = VOCAB, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item()
+
+
+def cached_logits(model: GPT, idx: torch.Tensor, chunks: list[int], **cache_kw) -> torch.Tensor:
+    """Feed idx through a fresh KV cache in the given chunk sizes; the logits of every step, concatenated."""
+    assert sum(chunks) == idx.size(1)
+    cache = model.make_cache(idx.size(0), **cache_kw)
+    out, start = [], 0
+    for n in chunks:
+        assert cache.length == start
+        out.append(model(idx[:, start:start + n], cache=cache)[0])
+        start += n
+    assert cache.length == idx.size(1)
+    return torch.cat(out, dim=1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# KV cache == full forward
+
+
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_cached_token_by_token_matches_full_forward(pos_encoding):
+    model = tiny_model(pos_encoding)
+    idx = random_ids(1, BLOCK)
+    full = model(idx)[0]
+    stepwise = cached_logits(model, idx, [1] * BLOCK)
+    assert max_abs(stepwise, full) < 1e-5
+
+
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@pytest.mark.parametrize("batch", [1, 3])
+@torch.no_grad()
+def test_cached_uneven_chunks_match_full_forward(pos_encoding, batch):
+    model = tiny_model(pos_encoding)
+    idx = random_ids(batch, BLOCK, seed=1)
+    full = model(idx)[0]
+    chunked = cached_logits(model, idx, [3, 1, 5, 2, 5])  # chunks > 1 after a non-empty cache need the offset mask
+    assert max_abs(chunked, full) < 1e-5
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Positions are absolute
+
+
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+def test_input_layer_uses_absolute_positions(pos_encoding):
+    config = tiny_config(pos_encoding)
+    layer = randomize_(InputLayer(config)).double()
+    idx = torch.tensor([[3, 3, 7, 0], [1, 36, 3, 2]])
+    past_length = 9
+    wte = layer.wte.detach().numpy()
+    if pos_encoding == "learned":
+        expected = ref.forward(idx.numpy(), wte, layer.wpe.detach().numpy(), past_length)
+    elif pos_encoding == "sinusoidal":
+        expected = wte[idx.numpy()] + ref.sinusoidal_table(np.arange(past_length, past_length + 4), config.n_embd)
+    else:
+        expected = wte[idx.numpy()]
+    h = layer(idx, past_length=past_length).detach().numpy()
+    # 1e-12 in float64, except that the model keeps inv_freq in float32 (relative error 2^-24, so sin/cos at
+    # position <= 12 are off by < 12 * 2^-24 ~ 1e-6) even after .double()
+    np.testing.assert_allclose(h, expected, rtol=0, atol=1e-6 if pos_encoding == "sinusoidal" else 1e-12)
+    if pos_encoding != "none":  # and it is not the same as starting at position 0
+        assert np.abs(h - layer(idx, past_length=0).detach().numpy()).max() > 1e-2
+
+
+@torch.no_grad()
+def test_cached_token_is_not_put_at_position_zero():
+    model = tiny_model("learned")
+    idx = random_ids(1, 7, seed=2)
+    seen = []
+    model.input_layer.register_forward_hook(lambda module, args, out: seen.append(out.detach().clone()))
+    cache = model.make_cache(1)
+    model(idx[:, :6], cache=cache)
+    last_cached = model(idx[:, 6:], cache=cache)[0][:, -1]
+
+    # the input layer gave the 7th token wte[token] + wpe[6], per the NumPy reference
+    wte, wpe = model.input_layer.wte.numpy(), model.input_layer.wpe.numpy()
+    np.testing.assert_allclose(seen[-1].numpy(), ref.forward(idx[:, 6:].numpy(), wte, wpe, 6), rtol=0, atol=1e-6)
+    assert np.abs(seen[-1].numpy() - ref.forward(idx[:, 6:].numpy(), wte, wpe, 0)).max() > 1e-2
+
+    # the cached logits are those of the full forward, not those of the token run alone at position 0
+    assert max_abs(last_cached, model(idx)[0][:, -1]) < 1e-5
+    assert max_abs(last_cached, model(idx[:, 6:])[0][:, -1]) > 1e-2
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Parity with Hugging Face transformers
+
+
+def hf_config(**overrides):
+    from transformers import GPT2Config
+
+    kw = dict(vocab_size=101, n_positions=32, n_embd=48, n_layer=2, n_head=3, activation_function="gelu_new",
+              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+              bos_token_id=None, eos_token_id=None, attn_implementation="eager")
+    kw.update(overrides)
+    return GPT2Config(**kw)
+
+
+def random_hf_gpt2(seed: int = 0):
+    from transformers import GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    return randomize_(GPT2LMHeadModel(hf_config()), seed=seed).eval()
+
+
+def ours_like(hf) -> GPT:
+    c = hf.config
+    return GPT(GPTConfig(block_size=c.n_positions, vocab_size=c.vocab_size, n_layer=c.n_layer, n_head=c.n_head,
+                         n_embd=c.n_embd, bias=True)).eval()
+
+
+def hf_forward(hf, ids: torch.Tensor, hf_cache=None):
+    """One step of HF's model with its own cache; works with transformers 4 (past_key_values) and 5 (cache)."""
+    params = inspect.signature(hf.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    out = hf(ids, use_cache=True, **({} if hf_cache is None else {cache_kw: hf_cache}))
+    new_cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+    return out.logits, new_cache
+
+
+@torch.no_grad()
+def test_hf_parity_full_forward(tmp_path):
+    hf = random_hf_gpt2()
+    idx = random_ids(2, 32, vocab=101, seed=3)
+    expected = hf(idx).logits
+
+    copied = ours_like(hf)
+    copied.load_state_dict(M.hf_to_ours(hf.state_dict()))
+    assert copied.lm_head.weight is copied.input_layer.wte
+    assert max_abs(copied(idx)[0], expected) < 1e-4
+
+    hf.save_pretrained(tmp_path)
+    loaded = GPT.from_pretrained(str(tmp_path)).eval()
+    assert max_abs(loaded(idx)[0], expected) < 1e-4
+
+
+@torch.no_grad()
+def test_hf_parity_with_both_caches():
+    hf = random_hf_gpt2(seed=1)
+    ours = ours_like(hf)
+    ours.load_state_dict(M.hf_to_ours(hf.state_dict()))
+    idx = random_ids(2, 32, vocab=101, seed=4)
+    cache, hf_cache, start = ours.make_cache(2), None, 0
+    for n in (5, 1, 1, 3, 1, 7, 2, 1, 1, 10):
+        step = idx[:, start:start + n]
+        hf_logits, hf_cache = hf_forward(hf, step, hf_cache)
+        assert max_abs(ours(step, cache=cache)[0], hf_logits) < 1e-4, f"step at position {start}"
+        start += n
+    assert start == 32 == cache.length
+
+
+def write_pytorch_model_bin(hf, directory) -> None:
+    """A pytorch_model.bin checkpoint. transformers >= 5 ignores safe_serialization=False and writes
+    safetensors; then write the file the way the original GPT-2 checkpoints on the hub have it: no
+    'transformer.' prefix, the attention-mask buffers attn.bias / attn.masked_bias, no lm_head."""
+    hf.save_pretrained(directory, safe_serialization=False)
+    if (directory / "pytorch_model.bin").exists():
+        return
+    (directory / "model.safetensors").unlink()
+    n = hf.config.n_positions
+    state = {k.removeprefix("transformer."): v for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    for layer in range(hf.config.n_layer):
+        state[f"h.{layer}.attn.bias"] = torch.tril(torch.ones(n, n)).view(1, 1, n, n)
+        state[f"h.{layer}.attn.masked_bias"] = torch.tensor(-1e4)
+    torch.save(state, directory / "pytorch_model.bin")
+
+
+@torch.no_grad()
+def test_from_pretrained_reads_pytorch_model_bin(tmp_path):
+    hf = random_hf_gpt2(seed=2)
+    write_pytorch_model_bin(hf, tmp_path)
+    assert not (tmp_path / "model.safetensors").exists()
+    loaded = GPT.from_pretrained(str(tmp_path)).eval()
+    idx = random_ids(2, 20, vocab=101, seed=5)
+    assert max_abs(loaded(idx)[0], hf(idx).logits) < 1e-4
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@torch.no_grad()
+def test_export_hf_loads_into_transformers(tmp_path, bias):
+    from transformers import GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    ours = randomize_(GPT(GPTConfig(block_size=32, vocab_size=101, n_layer=2, n_head=3, n_embd=48, bias=bias)))
+    ours.eval().export_hf(tmp_path)
+    hf = GPT2LMHeadModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert torch.equal(hf.lm_head.weight, ours.input_layer.wte)
+    idx = random_ids(2, 32, vocab=101, seed=6)
+    assert max_abs(hf(idx).logits, ours(idx)[0]) < 1e-4
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The NumPy reference of the input layer
+
+
+def numpy_problem(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    vocab, block, n_embd, past_length = 7, 10, 3, 3
+    idx = np.array([[1, 4, 1, 1], [4, 0, 6, 1]])  # ids repeat in a row and across rows; 2, 3, 5 unused
+    wte, wpe = rng.standard_normal((vocab, n_embd)), rng.standard_normal((block, n_embd))
+    R = rng.standard_normal((*idx.shape, n_embd))  # loss = sum(h * R), so dloss/dh = R
+    return idx, wte, wpe, R, past_length
+
+
+def test_numpy_backward_matches_finite_differences():
+    idx, wte, wpe, R, past_length = numpy_problem()
+    dwte, dwpe = ref.backward(idx, R, wte.shape[0], wpe.shape[0], past_length)
+
+    def loss(wte, wpe):
+        return float(np.sum(ref.forward(idx, wte, wpe, past_length) * R))
+
+    eps = 1e-6
+    for table, grad, which in ((wte, dwte, 0), (wpe, dwpe, 1)):
+        numeric = np.zeros_like(table)
+        for i in np.ndindex(table.shape):
+            plus, minus = table.copy(), table.copy()
+            plus[i] += eps
+            minus[i] -= eps
+            args_plus = (plus, wpe) if which == 0 else (wte, plus)
+            args_minus = (minus, wpe) if which == 0 else (wte, minus)
+            numeric[i] = (loss(*args_plus) - loss(*args_minus)) / (2 * eps)
+        used = grad != 0
+        rel = np.abs(grad - numeric)[used] / np.maximum(np.abs(grad), np.abs(numeric))[used]
+        assert rel.max() < 1e-6
+        assert np.all(numeric[~used] == 0)  # entries that do not enter the loss
+    assert np.all(dwte[[2, 3, 5]] == 0)
+    assert np.all(dwpe[:past_length] == 0) and np.all(dwpe[past_length + idx.shape[1]:] == 0)
+    assert np.all(dwpe[past_length:past_length + idx.shape[1]] != 0)
+
+
+def test_numpy_reference_matches_torch_autograd():
+    idx, wte, wpe, R, past_length = numpy_problem(seed=1)
+    config = GPTConfig(block_size=wpe.shape[0], vocab_size=wte.shape[0], n_layer=1, n_head=1, n_embd=wte.shape[1])
+    layer = InputLayer(config).double()
+    with torch.no_grad():
+        layer.wte.copy_(torch.from_numpy(wte))
+        layer.wpe.copy_(torch.from_numpy(wpe))
+    h = layer(torch.from_numpy(idx), past_length=past_length)
+    (h * torch.from_numpy(R)).sum().backward()
+
+    np.testing.assert_allclose(h.detach().numpy(), ref.forward(idx, wte, wpe, past_length), rtol=0, atol=1e-12)
+    dwte, dwpe = ref.backward(idx, R, wte.shape[0], wpe.shape[0], past_length)
+    np.testing.assert_allclose(layer.wte.grad.numpy(), dwte, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(layer.wpe.grad.numpy(), dwpe, rtol=0, atol=1e-12)
+    unused = np.r_[0:past_length, past_length + idx.shape[1]:wpe.shape[0]]
+    assert np.all(layer.wpe.grad.numpy()[unused] == 0) and np.all(dwpe[unused] == 0)
+
+
+def test_sinusoidal_reference_table_by_hand():
+    d = 32
+    table = ref.sinusoidal_table(np.array([0, 1, 37]), d)
+    np.testing.assert_array_equal(table[0], np.tile([0.0, 1.0], d // 2))  # sin 0 = 0, cos 0 = 1, interleaved
+    for row, pos in ((1, 1), (2, 37)):
+        assert table[row, 0] == pytest.approx(math.sin(pos)) and table[row, 1] == pytest.approx(math.cos(pos))
+        angle = pos / 10000 ** (30 / d)  # the last pair, i = d/2 - 1
+        assert table[row, -2] == pytest.approx(math.sin(angle)) and table[row, -1] == pytest.approx(math.cos(angle))
+
+
+def test_sinusoidal_input_layer_matches_reference_table():
+    config = tiny_config("sinusoidal", block_size=64, n_embd=32)
+    layer = InputLayer(config)
+    near = np.arange(2 * config.block_size)
+    got = layer.position_encoding(torch.from_numpy(near)).double().numpy()
+    np.testing.assert_allclose(got, ref.sinusoidal_table(near, 32), rtol=0, atol=1e-5)
+
+    # Far positions: the model builds the angle pos * inv_freq in float32, two roundings of relative size
+    # 2^-24 each, so the angle (and sin/cos of it) can be off by about pos * 2^-23; an atol of 1e-5 is only
+    # honest up to position ~80. Measured: max error 4e-6 below 128, 3e-5 below 1024, 1.6e-4 below 5000.
+    far = np.arange(5000)
+    err = np.abs(layer.position_encoding(torch.from_numpy(far)).double().numpy() - ref.sinusoidal_table(far, 32))
+    assert np.all(err.max(axis=1) <= far * 2.0**-23 + 1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Parameter counts, initialisation, tying
+
+
+def test_gpt2_124m_parameter_counts():
+    with torch.device("meta"):  # shapes only: no memory, no random numbers
+        model = GPT(GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, bias=True))
+    V, T, L, C = 50257, 1024, 12, 768
+    token_table, position_table = V * C, T * C
+    per_block = (2 * 2 * C  # two LayerNorms, gain and bias
+                 + C * 3 * C + 3 * C + C * C + C  # attention: c_attn, c_proj
+                 + C * 4 * C + 4 * C + 4 * C * C + C)  # MLP: c_fc, c_proj
+    total = token_table + position_table + L * per_block + 2 * C  # + ln_f; the head is tied to wte
+    assert (token_table, position_table, token_table + position_table, total) == (
+        38_597_376, 786_432, 39_383_808, 124_439_808)
+
+    assert model.input_layer.wte.numel() == token_table
+    assert model.input_layer.wpe.numel() == position_table
+    assert sum(p.numel() for p in model.input_layer.parameters()) == 39_383_808
+    assert model.get_num_params() == total == 124_439_808
+    assert model.get_num_params(non_embedding=True) == total - position_table
+
+
+def test_initialisation_statistics():
+    torch.manual_seed(0)
+    n_layer = 4
+    model = GPT(GPTConfig(vocab_size=4096, block_size=1024, n_layer=n_layer, n_head=4, n_embd=128))
+
+    def check_normal(tensors, std):
+        values = torch.cat([t.detach().flatten() for t in tensors]).double()
+        assert values.std().item() == pytest.approx(std, rel=0.05)
+        assert abs(values.mean().item()) < 5 * std / math.sqrt(values.numel())
+
+    check_normal([model.input_layer.wte], 0.02)
+    check_normal([model.input_layer.wpe], 0.01)
+    blocks = dict(model.blocks.named_parameters())
+    check_normal([p for n, p in blocks.items() if n.endswith("c_proj.weight")], 0.02 / math.sqrt(2 * n_layer))
+    check_normal([p for n, p in blocks.items() if n.endswith(("c_attn.weight", "c_fc.weight"))], 0.02)
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            assert torch.all(p == 0), name
+        elif ".ln_" in "." + name:
+            assert torch.all(p == 1), name
+
+
+def test_tied_head_is_stored_once(tmp_path):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=2048, block_size=16, n_layer=1, n_head=2, n_embd=64))
+    assert model.lm_head.weight is model.input_layer.wte
+    state = model.state_dict()
+    assert "lm_head.weight" in state and "input_layer.wte" in state
+    torch.save(state, tmp_path / "ckpt.pt")
+
+    unique_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # wte counted once
+    wte_bytes = model.input_layer.wte.numel() * 4
+    size = (tmp_path / "ckpt.pt").stat().st_size
+    assert unique_bytes <= size < unique_bytes + wte_bytes // 2  # a second copy would add wte_bytes
+
+    loaded = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert loaded["lm_head.weight"].data_ptr() == loaded["input_layer.wte"].data_ptr()
+    fresh = GPT(model.config)
+    fresh.load_state_dict(loaded)
+    assert fresh.lm_head.weight is fresh.input_layer.wte
+    assert torch.equal(fresh.input_layer.wte, model.input_layer.wte)
+
+
+def test_tied_gradient_is_sum_of_both_uses():
+    tied = tiny_model("learned").double()
+    assert tied.lm_head.weight is tied.input_layer.wte
+    untied = copy.deepcopy(tied)
+    untied.lm_head.weight = nn.Parameter(untied.input_layer.wte.detach().clone())
+    assert untied.lm_head.weight is not untied.input_layer.wte
+
+    idx, targets = random_ids(2, BLOCK, seed=7), random_ids(2, BLOCK, seed=8)
+    for m in (tied, untied):
+        m(idx, targets)[1].backward()
+    from_input, from_head = untied.input_layer.wte.grad, untied.lm_head.weight.grad
+    assert from_input.norm() > 1e-3 and from_head.norm() > 1e-3
+    torch.testing.assert_close(tied.input_layer.wte.grad, from_input + from_head, rtol=1e-10, atol=1e-12)
+    assert max_abs(tied.input_layer.wte.grad, from_head) > 1e-4  # both uses count, not just the head
+
+
+def test_variants_under_one_seed_share_weights():
+    params = {}
+    for pos_encoding in POS_ENCODINGS:
+        torch.manual_seed(1234)
+        params[pos_encoding] = dict(GPT(tiny_config(pos_encoding)).named_parameters())
+    learned = params["learned"]
+    for pos_encoding in ("sinusoidal", "none"):
+        assert set(learned) - set(params[pos_encoding]) == {"input_layer.wpe"}
+        for name, p in params[pos_encoding].items():
+            assert torch.equal(p, learned[name]), (pos_encoding, name)
+    torch.manual_seed(1235)
+    assert not torch.equal(GPT(tiny_config("none")).input_layer.wte, learned["input_layer.wte"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Errors
+
+
+@torch.no_grad()
+def test_learned_table_rejects_positions_beyond_block_size():
+    model = tiny_model("learned")
+    with pytest.raises(ValueError, match=r"T=17 .*past_length=0 .*block_size=16 ") as info:
+        model(random_ids(1, BLOCK + 1))
+    assert "'sinusoidal' and 'none' have no such cap" in str(info.value)
+
+    cache = model.make_cache(1, max_length=4 * BLOCK)  # a long cache, so that the position table is the limit
+    model(random_ids(1, 10), cache=cache)
+    with pytest.raises(ValueError, match=r"T=7 .*past_length=10 .*block_size=16 .*sinusoidal.*none"):
+        model(random_ids(1, 7), cache=cache)
+    assert cache.length == 10  # the failed call left the cache alone
+    model(random_ids(1, 6), cache=cache)  # positions 10..15: the last row of the table is usable
+    with pytest.raises(ValueError, match=r"T=2 .*past_length=15 .*block_size=16"):
+        model.input_layer(random_ids(1, 2), past_length=15)
+
+
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "none"])
+@torch.no_grad()
+def test_sinusoidal_and_none_run_beyond_block_size(pos_encoding):
+    model = tiny_model(pos_encoding)
+    idx = random_ids(2, 2 * BLOCK + 3, seed=9)
+    logits = model(idx)[0]
+    assert logits.shape == (2, 2 * BLOCK + 3, VOCAB) and torch.isfinite(logits).all()
+    assert max_abs(cached_logits(model, idx, [20, 1, 14], max_length=2 * BLOCK + 3), logits) < 1e-5
+
+
+@torch.no_grad()
+def test_token_ids_out_of_range_raise():
+    model = tiny_model("learned")
+    with pytest.raises(ValueError, match=r"token id -1 is outside \[0, vocab_size=37\)"):
+        model(torch.tensor([[0, 5, -1]]))
+    with pytest.raises(ValueError, match=r"token id 37 is outside \[0, vocab_size=37\)"):
+        model(torch.tensor([[0, 37, 5]]))
+    model(torch.tensor([[0, VOCAB - 1]]))  # both ends of the range are fine
+
+
+def test_empty_sequence_raises_in_input_layer():
+    layer = InputLayer(tiny_config())
+    with pytest.raises(ValueError, match="empty sequence: idx has T=0"):
+        layer(torch.zeros(1, 0, dtype=torch.long))
+
+
+@torch.no_grad()
+def test_empty_sequence_raises_in_model():
+    model = tiny_model("learned")
+    with pytest.raises(ValueError, match="empty sequence: idx has T=0"):
+        model(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="empty sequence: idx has T=0"):
+        model(torch.zeros(1, 0, dtype=torch.long), cache=model.make_cache(1))
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="n_embd=50 is not divisible by n_head=3"):
+        GPTConfig(n_embd=50, n_head=3)
+    with pytest.raises(ValueError, match=r"pos_encoding='rotary' is not one of \('learned', 'sinusoidal', 'none'\)"):
+        GPTConfig(pos_encoding="rotary")
+
+
+@torch.no_grad()
+def test_kv_cache_overflow_and_batch_mismatch():
+    model = tiny_model("sinusoidal")
+    cache = model.make_cache(2, max_length=12)
+    model(random_ids(2, 10), cache=cache)
+    with pytest.raises(ValueError, match=r"KV cache overflow: past_length=10 \+ T=3 exceeds .*max_length=12"):
+        model(random_ids(2, 3), cache=cache)
+    with pytest.raises(ValueError, match="idx has batch size 3 but the KV cache holds 2"):
+        model(random_ids(3, 1), cache=cache)
+    assert cache.length == 10
+
+
+def test_from_pretrained_unknown_name_offline(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # so that the name is not a directory
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="'gpt2-tiny-unknown' is neither a local directory nor one of"):
+        GPT.from_pretrained("gpt2-tiny-unknown")
+
+
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "none"])
+def test_export_hf_rejects_non_learned_positions(tmp_path, pos_encoding):
+    model = GPT(tiny_config(pos_encoding))
+    with pytest.raises(ValueError, match=f"learned position table; this model has pos_encoding='{pos_encoding}'"):
+        model.export_hf(tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Generation
+
+
+@pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal"])
+@pytest.mark.parametrize("slide", [None, 1])
+def test_greedy_generate_cached_equals_uncached(pos_encoding, slide):
+    model = tiny_model(pos_encoding)
+    prompt = random_ids(2, 5, seed=10)
+    cached = model.generate(prompt, 3 * BLOCK, temperature=0, slide=slide)
+    uncached = model.generate(prompt, 3 * BLOCK, temperature=0, slide=slide, use_cache=False)
+    assert cached.shape == (2, 5 + 3 * BLOCK)
+    assert torch.equal(cached[:, :5], prompt)
+    assert torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal"])
+def test_sampled_generate_cached_equals_uncached(pos_encoding):
+    model = tiny_model(pos_encoding)
+    prompt = random_ids(2, 5, seed=11)
+    kw = dict(temperature=1.0, top_k=10, top_p=0.9)
+    cached = model.generate(prompt, 3 * BLOCK, generator=torch.Generator().manual_seed(5), **kw)
+    uncached = model.generate(prompt, 3 * BLOCK, generator=torch.Generator().manual_seed(5), use_cache=False, **kw)
+    assert torch.equal(cached, uncached)
+    assert not torch.equal(cached, model.generate(prompt, 3 * BLOCK, temperature=0))  # it did sample
+
+
+def test_top_k_1_is_greedy():
+    model = tiny_model("learned")
+    prompt = random_ids(2, 5, seed=12)
+    greedy = model.generate(prompt, 2 * BLOCK, temperature=0)
+    top1 = model.generate(prompt, 2 * BLOCK, temperature=1.0, top_k=1, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(top1, greedy)
+
+
+def test_filter_logits_top_p_by_hand():
+    # tokens 0..3 have probabilities 0.15, 0.5, 0.05, 0.3 (unsorted, so the filter must map back to ids)
+    logits = torch.tensor([[0.15, 0.5, 0.05, 0.3]]).log()
+    # sorted: 0.5 (id 1), 0.3 (id 3), 0.15 (id 0), 0.05 (id 2); a token stays while the mass above it < p
+    by_hand = {0.5: {1}, 0.79: {1, 3}, 0.8: {1, 3}, 0.81: {1, 3, 0}, 0.96: {0, 1, 2, 3}, 1.0: {0, 1, 2, 3}}
+    for top_p, expected in by_hand.items():
+        out = M.filter_logits(logits, top_p=top_p)
+        kept = set(torch.isfinite(out[0]).nonzero().flatten().tolist())
+        assert kept == expected, top_p
+        assert torch.equal(out[0, list(expected)], logits[0, list(expected)])  # kept logits are untouched
+    # p=0.8 sits exactly on the boundary 0.5 + 0.3 (float32: 0.80000007 >= 0.8f), so it keeps two, not three
+    out = M.filter_logits(logits, top_k=3, top_p=0.99)  # top_k first: drops id 2, then top_p keeps the rest
+    assert set(torch.isfinite(out[0]).nonzero().flatten().tolist()) == {0, 1, 3}
+
+
+@torch.no_grad()
+def test_greedy_generate_matches_hf():
+    hf = random_hf_gpt2(seed=3)
+    ours = ours_like(hf)
+    ours.load_state_dict(M.hf_to_ours(hf.state_dict()))
+    prompt = random_ids(2, 5, vocab=101, seed=13)
+    new = hf.config.n_positions - 5  # stay inside the context window
+    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=new,
+                           pad_token_id=0)
+    assert expected.shape == (2, 32)
+    assert torch.equal(ours.generate(prompt, new, temperature=0), expected)
+
+
+@pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal"])
+@torch.no_grad()
+def test_slide_1_is_nanogpt_crop(pos_encoding):
+    model = tiny_model(pos_encoding)
+    prompt = random_ids(2, BLOCK + 4, seed=14)  # longer than the window from the start
+    idx = prompt
+    for _ in range(3 * BLOCK):  # nanoGPT's loop
+        idx_cond = idx[:, -BLOCK:]
+        logits = model(idx_cond)[0][:, -1]
+        idx = torch.cat((idx, logits.argmax(dim=-1, keepdim=True)), dim=1)
+    assert torch.equal(model.generate(prompt, 3 * BLOCK, temperature=0, slide=1), idx)
