@@ -128,6 +128,13 @@ def init_distributed(config: TrainConfig) -> tuple[int, int, torch.device]:
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def model_vocab_size(data_description: dict) -> int:
+    """The data's vocabulary; GPT-2's 50257 rounded up to 50304, a multiple of 64, for faster matmuls."""
+    if data_description["kind"] == "gpt2":
+        return 50304
+    return data_description["vocab_size"]
+
+
 def build_model(config: TrainConfig, model_config: GPTConfig, data_description: dict) -> tuple[GPT, dict | None]:
     """The model to train, and the checkpoint it resumes from (None unless init_from=resume)."""
     if config.init_from == "resume":
@@ -139,10 +146,7 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
                              f"has a {data_description['kind']} vocabulary of {data_description['vocab_size']}")
         return model_from_checkpoint(state), state
     if config.init_from == "scratch":
-        vocab_size = data_description["vocab_size"]
-        if data_description["kind"] == "gpt2":
-            vocab_size = 50304  # 50257 rounded up to a multiple of 64: faster matmuls, unused rows never seen
-        model_config.vocab_size = vocab_size
+        model_config.vocab_size = model_vocab_size(data_description)
         return GPT(model_config), None
     if data_description["kind"] != "gpt2":
         raise ValueError(f"init_from={config.init_from!r} needs GPT-2 BPE data, but dataset={config.dataset!r} is "

@@ -12,3 +12,53 @@ _TIKTOKEN_CACHE = REPO_ROOT.parent / "shared" / "tiktoken_cache"
 if _TIKTOKEN_CACHE.is_dir():
     # tiktoken downloads its BPE files unless they are in this cache; the tests must never touch the network.
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(_TIKTOKEN_CACHE))
+
+
+import pytest  # noqa: E402
+
+SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Tiny tensors run fastest on one thread, and the machine has 2 cores shared with other processes (see
+    test_model.py's one_thread); subprocesses started by the tests get OMP_NUM_THREADS=1 (script_env)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def corpus_text() -> str:
+    """About 30,000 characters of Tiny Shakespeare (Python's help topics where shared/ is missing)."""
+    if SHAKESPEARE.is_file():
+        return SHAKESPEARE.read_text(encoding="utf-8")[:30_000]
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[name] for name in sorted(topics))[:30_000]
+
+
+@pytest.fixture(scope="session")
+def char_data(tmp_path_factory, corpus_text) -> Path:
+    """A prepared character-level dataset folder (read-only for the tests: copy it to change it)."""
+    from dataset import prepare
+
+    folder = tmp_path_factory.mktemp("char_data")
+    prepare(corpus_text, folder, "char")
+    return folder
+
+
+@pytest.fixture
+def script_env(tmp_path) -> dict:
+    """Environment for running the repo's scripts in a subprocess: one thread, the offline tiktoken cache, and
+    every HTTP(S) request sent to a closed local port, so that nothing can be downloaded even with network."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT), HTTP_PROXY="http://127.0.0.1:9",
+               HTTPS_PROXY="http://127.0.0.1:9", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9",
+               HF_HUB_OFFLINE="1", WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_CACHE_DIR=str(tmp_path),
+               WANDB_CONFIG_DIR=str(tmp_path), WANDB_DATA_DIR=str(tmp_path))
+    for name in ("NO_PROXY", "no_proxy", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return env

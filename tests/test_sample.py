@@ -1,0 +1,120 @@
+"""sample.py: prompts, the sampler function, and the command line end to end on a freshly trained checkpoint."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dataset import prepare
+from model import GPT, GPTConfig
+from options import OptionError
+from sample import SampleConfig, encode_prompt, load_model, sample
+from tokenizer import CharTokenizer, GPT2Tokenizer
+from train import TrainConfig, train
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 40
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    """A tiny character model trained for a few steps: a real checkpoint to sample from."""
+    root = tmp_path_factory.mktemp("run")
+    prepare(TEXT, root / "data", "char")
+    config = TrainConfig(out_dir=str(root / "out"), dataset=str(root / "data"), max_iters=20, eval_interval=10,
+                         eval_iters=2, batch_size=4, device="cpu", compile=False, progress=False, warmup_iters=2,
+                         lr_decay_iters=20)
+    train(config, GPTConfig(block_size=16, n_layer=1, n_head=2, n_embd=16))
+    return root / "out"
+
+
+def test_prompt_from_text_file_and_empty():
+    tokenizer = CharTokenizer.from_text("ab\nc")
+    assert encode_prompt(tokenizer, "", 8) == [tokenizer.chars.index("\n")]
+    assert encode_prompt(tokenizer, "cab", 8) == [tokenizer.chars.index(c) for c in "cab"]
+
+
+def test_prompt_from_file(tmp_path):
+    tokenizer = CharTokenizer.from_text("abc")
+    (tmp_path / "prompt.txt").write_text("bca", encoding="utf-8")
+    assert tokenizer.decode(encode_prompt(tokenizer, f"FILE:{tmp_path / 'prompt.txt'}", 8)) == "bca"
+
+
+def test_empty_prompt_starts_from_end_of_text_with_bpe():
+    assert encode_prompt(GPT2Tokenizer(), "", 8) == [50256]
+
+
+def test_long_prompt_is_cropped_with_a_warning(capsys):
+    tokenizer = CharTokenizer.from_text("abcdefghij")
+    assert tokenizer.decode(encode_prompt(tokenizer, "abcdefghij", 4)) == "ghij"
+    assert "keeping its last block_size=4" in capsys.readouterr().err
+
+
+def test_unknown_characters_are_named():
+    with pytest.raises(ValueError, match="'xz'"):
+        encode_prompt(CharTokenizer.from_text("abc"), "axbz", 8)
+
+
+def test_cached_and_uncached_samples_agree_across_the_window(trained_run):
+    model, tokenizer = load_model("resume", str(trained_run))
+    assert model.config.block_size == 16
+    for slide in (None, 1):
+        config = SampleConfig(start="All:", num_samples=2, max_new_tokens=48, temperature=1.0, top_k=5, top_p=0.9,
+                              slide=slide, seed=3)
+        cached = sample(model, tokenizer, config)
+        uncached = sample(model, tokenizer, SampleConfig(**{**config.__dict__, "no_cache": True}))
+        assert cached == uncached
+        assert all(s.startswith("All:") and len(s) == 4 + 48 for s in cached)
+
+
+def test_streamed_text_is_the_first_sample(trained_run):
+    model, tokenizer = load_model("resume", str(trained_run))
+    pieces = []
+    samples = sample(model, tokenizer, SampleConfig(start="Speak", num_samples=2, max_new_tokens=20),
+                     on_text=pieces.append)
+    assert "".join(pieces) == samples[0]
+
+
+def test_cli_end_to_end(trained_run):
+    def run(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "sample.py", f"--out_dir={trained_run}", "--start=First",
+                               "--num_samples=2", "--max_new_tokens=30", "--seed=7", "--device=cpu", *flags],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    cached, uncached = run(), run("--no_cache")
+    assert cached.returncode == 0, cached.stderr
+    samples = [s.strip("\n") for s in cached.stdout.split("---------------") if s.strip()]
+    assert len(samples) == 2
+    alphabet = set(TEXT)
+    assert all(s.startswith("First") and set(s) <= alphabet for s in samples)
+    assert uncached.stdout == cached.stdout
+    assert "tokens/s (KV cache)" in cached.stderr and "tokens/s (no cache)" in uncached.stderr
+
+
+def test_cli_bad_input_is_a_clear_error(trained_run, tmp_path):
+    unknown = subprocess.run([sys.executable, "sample.py", f"--out_dir={trained_run}", "--start=~~~"], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert unknown.returncode == 2 and "'~'" in unknown.stderr and "Traceback" not in unknown.stderr
+    missing = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path}"], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+    assert missing.returncode == 2 and "no checkpoint" in missing.stderr
+
+
+def test_sample_from_local_hugging_face_directory(tmp_path):
+    torch.manual_seed(0)
+    GPT(GPTConfig(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=8)).export_hf(tmp_path / "hf")
+    model, tokenizer = load_model(str(tmp_path / "hf"), "unused")
+    text = sample(model, tokenizer, SampleConfig(start="Hello", num_samples=1, max_new_tokens=5, temperature=0))[0]
+    assert text.startswith("Hello")
+    assert len(tokenizer.encode(text)) >= 2
+
+
+def test_sample_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="num_samples=0"):
+        SampleConfig(num_samples=0)
+    with pytest.raises(OptionError, match="top_p"):
+        from options import parse_options
+
+        parse_options(["--top_p=abc"], (SampleConfig,), "sample.py", "")
