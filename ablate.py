@@ -36,6 +36,7 @@ from train import TrainConfig, autocast_context, build_model, choose_device, cho
 # Set per run by the study, not by the user (init_from and eval_only would make runs that are not comparable).
 SKIP = ("vocab_size", "pos_encoding", "seed", "out_dir", "init_from", "eval_only")
 CHECKPOINT = "ckpt.pt"  # the final model of each run (see the module docstring)
+MULTIPLIERS = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0)  # eval context lengths in units of block_size
 COLORS = {"learned": "tab:blue", "sinusoidal": "tab:orange", "none": "tab:green"}
 
 
@@ -45,15 +46,18 @@ class AblateConfig:
     variants: list[str] = field(default_factory=lambda: list(POS_ENCODINGS))  # pos_encoding values to compare
     seeds: int = 3  # runs per variant, seeded first_seed, first_seed+1, ...
     first_seed: int = 1337  # seed of each variant's first run: initialisation, batch order, eval batches
-    eval_multipliers: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 1.5, 2.0, 4.0])  # eval lengths
+    eval_multipliers: list[float] = field(default_factory=lambda: list(MULTIPLIERS))  # eval lengths / block_size
     eval_windows: int = 256  # val windows per eval length; shorter lengths use prefixes of the same windows
     eval_batch_size: int = 32  # windows per forward pass in the evaluation
     eval_seed: int = 0  # seeds the choice of val windows, the same for every variant and seed
+    threads: int = 0  # torch CPU threads; 0: torch's default. 1 is faster when other jobs share a small CPU
 
     def __post_init__(self) -> None:
         unknown = [v for v in self.variants if v not in POS_ENCODINGS]
         if unknown or not self.variants or len(set(self.variants)) != len(self.variants):
             raise ValueError(f"variants={self.variants} must be distinct values among {POS_ENCODINGS}")
+        if self.threads < 0:
+            raise ValueError(f"threads={self.threads} must be >= 0 (0: torch's default)")
         if self.seeds < 1 or self.eval_windows < 1 or self.eval_batch_size < 1:
             raise ValueError(f"seeds={self.seeds}, eval_windows={self.eval_windows} and eval_batch_size="
                              f"{self.eval_batch_size} must be at least 1")
@@ -65,9 +69,9 @@ def eval_lengths(block_size: int, multipliers: list[float]) -> list[int]:
     return sorted({max(1, round(m * block_size)) for m in multipliers})
 
 
-def can_run(model_config: GPTConfig, length: int) -> bool:
+def can_run(pos_encoding: str, block_size: int, length: int) -> bool:
     """A learned table has rows for positions 0..block_size-1 only; the other encodings have no cap."""
-    return model_config.pos_encoding != "learned" or length <= model_config.block_size
+    return pos_encoding != "learned" or length <= block_size
 
 
 def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> list[dict]:
@@ -97,6 +101,14 @@ def settings(run: dict) -> dict:
     return {"train_config": train_settings, "model_config": asdict(run["model_config"])}
 
 
+def changed_settings(stored: dict, current: dict) -> list[str]:
+    """Settings that differ. A field added to the code since the run counts only if it is off its default:
+    at the default, it is taken to reproduce the old behaviour."""
+    defaults = {"train_config": asdict(TrainConfig()), "model_config": asdict(GPTConfig())}
+    return sorted(name for section in current for name, value in current[section].items()
+                  if stored[section].get(name, defaults[section].get(name)) != value)
+
+
 def latest_logged(metrics_file: Path) -> tuple[int, float | None]:
     """(step, train loss) of the last train line of a run's metrics.jsonl; (0, None) before the first."""
     if not metrics_file.exists():
@@ -111,10 +123,12 @@ def latest_logged(metrics_file: Path) -> tuple[int, float | None]:
 
 def follow(metrics_file: Path, bar: tqdm, start: int, stop: threading.Event) -> None:
     """Move the study's bar with the run's logged steps: train() runs with its own bar off, so one bar remains."""
+    shown = -1
     while not stop.wait(0.5):
         step, loss = latest_logged(metrics_file)
-        bar.n = start + step
-        bar.set_postfix_str(f"step {step}" + (f", loss {loss:.3f}" if loss is not None else ""))
+        if step != shown:  # redraw only on news: a log file of the bar stays small
+            shown, bar.n = step, start + step
+            bar.set_postfix_str(f"step {step}" + (f", loss {loss:.3f}" if loss is not None else ""))
 
 
 def train_run(run: dict, bar: tqdm, start: int) -> dict | None:
@@ -122,9 +136,8 @@ def train_run(run: dict, bar: tqdm, start: int) -> dict | None:
     done_file = run["dir"] / "done.json"
     if done_file.exists():
         record = json.loads(done_file.read_text())
-        if record["settings"] != settings(run):
-            changed = sorted(k for section in ("train_config", "model_config")
-                             for k, v in record["settings"][section].items() if settings(run)[section].get(k) != v)
+        changed = changed_settings(record["settings"], settings(run))
+        if changed:
             raise ValueError(f"{run['dir']} was trained with other settings ({', '.join(changed)}); delete it or "
                              "choose another --study_dir")
         return record
@@ -163,7 +176,7 @@ def evaluate_model(model: GPT, val: np.ndarray, lengths: list[int], ablate: Abla
                              torch.Generator().manual_seed(ablate.eval_seed))
     per_position: dict[int, list[float] | None] = {}
     for length in lengths:
-        if not can_run(model.config, length):
+        if not can_run(model.config.pos_encoding, model.config.block_size, length):
             per_position[length] = None
             continue
         total = torch.zeros(length, dtype=torch.float64)
@@ -321,27 +334,35 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], lengths: li
     plt.close(fig)
 
     # Loss at each position: at the training length, and at the longest length for variants without a cap.
-    longest = max(lengths)
-    panels = [(block_size, variants), (longest, [v for v in variants if by_variant[v][0]["eval"]["loss"][
-        str(longest)] is not None])]
-    fig, axes = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [1, 2]})
+    # Causal models on prefix windows: the first block_size positions of the long curve are the 1x curve.
+    longest, smooth = max(lengths), max(1, block_size // 8)
+    panels = [(block_size, variants), (longest, [v for v in variants if can_run(v, block_size, longest)])]
+    fig, axes = plt.subplots(1, 2, figsize=(16, 6), gridspec_kw={"width_ratios": [2, 3]})
     for ax, (n, shown) in zip(axes, panels, strict=True):
         for v in shown:
             curves = np.array([r["eval"]["per_position"][str(n)] for r in by_variant[v]])
-            ax.plot(np.arange(n), curves.mean(0), color=COLORS[v], linewidth=1.2, label=v)
-            ax.fill_between(np.arange(n), curves.min(0), curves.max(0), color=COLORS[v], alpha=0.2, linewidth=0)
+            if n <= block_size:  # few positions: each one readable, with the seed band
+                ax.plot(np.arange(n), curves.mean(0), color=COLORS[v], linewidth=1.5, label=v)
+                ax.fill_between(np.arange(n), curves.min(0), curves.max(0), color=COLORS[v], alpha=0.2, linewidth=0)
+                continue
+            # many positions: thin per-position mean, bold moving average (the text of each window is noisy)
+            ax.plot(np.arange(n), curves.mean(0), color=COLORS[v], linewidth=0.6, alpha=0.35)
+            kernel = np.ones(smooth) / smooth
+            centers = np.arange(n - smooth + 1) + (smooth - 1) / 2
+            smoothed = np.array([np.convolve(c, kernel, mode="valid") for c in curves])
+            ax.plot(centers, smoothed.mean(0), color=COLORS[v], linewidth=2, label=f"{v} ({smooth}-position mean)")
+            ax.fill_between(centers, smoothed.min(0), smoothed.max(0), color=COLORS[v], alpha=0.2, linewidth=0)
         if n > block_size:
-            ax.axvline(block_size, color="gray", linestyle="--", label=f"block_size = {block_size}")
-        ax.set_xlim(0, n - 1)
-        ax.set_ylim(top=min(ax.get_ylim()[1], 3.5))  # position 0 (no context) would squash the rest
-        ax.set_xlabel("position in the window")
+            ax.axvline(block_size - 0.5, color="gray", linestyle="--", label=f"block_size = {block_size}")
+        ax.set_xlim(-0.5, n - 0.5)
+        ax.set_xlabel("position in the window (tokens of context before it)")
         ax.set_ylabel("mean val loss (nats/token)")
         ax.set_title(f"L = {n} ({n / block_size:g}x block_size)")
         if shown:
             ax.legend()
         else:
             ax.text(0.5, 0.5, "no variant can run this long", transform=ax.transAxes, ha="center")
-    fig.suptitle(f"Loss by position within the context (mean over {seeds} seed(s); {band})")
+    fig.suptitle(f"Loss at each position of the val windows (mean over {seeds} seed(s); {band})")
     fig.tight_layout()
     fig.savefig(study_dir / "loss_by_position.png", dpi=110)
     plt.close(fig)
@@ -364,6 +385,8 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], lengths: li
 def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> dict | None:
     """Train, evaluate, tabulate and plot; the results' dict, or None when interrupted."""
     started = time.perf_counter()
+    if ablate.threads:
+        torch.set_num_threads(ablate.threads)
     study_dir = Path(ablate.study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     plan = run_plan(ablate, train_config, model_config)
@@ -411,7 +434,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
         header += ["", f"`learned` has a position table of {block_size} rows, so it cannot be run past "
                        f"block_size: those cells say n/a."]
     study = {"ablate_config": asdict(ablate), "lengths": lengths, "block_size": block_size,
-             "checkpoint": CHECKPOINT, "seconds": time.perf_counter() - started}
+             "checkpoint": CHECKPOINT, "invocation_seconds": time.perf_counter() - started}
     write_results(study_dir, rows, records, lengths, block_size, header, study)
     plot_all(study_dir, rows, records, lengths, block_size, similarity)
     return {**study, "summary": rows, "runs": records}
@@ -422,7 +445,7 @@ def main(argv: list[str]) -> None:
                                                        description=__doc__, skip=SKIP)
     result = run_study(ablate, train_config, model_config)
     if result is not None:
-        print(f"done in {result['seconds']:.0f} s: {Path(ablate.study_dir) / 'results.md'}")
+        print(f"done in {result['invocation_seconds']:.0f} s: {Path(ablate.study_dir) / 'results.md'}")
         print((Path(ablate.study_dir) / "results.md").read_text())
 
 

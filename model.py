@@ -280,13 +280,15 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                         top_k: int | None = None, top_p: float | None = None, slide: int | None = None,
-                        use_cache: bool = True, generator: torch.Generator | None = None):
+                        use_cache: bool = True, generator: torch.Generator | None = None,
+                        vocab_size: int | None = None):
         """Yield max_new_tokens tokens, each (B, 1), continuing idx (B, T).
 
         The context window holds at most block_size tokens. When it is full, the oldest `slide` tokens
         (default block_size // 2) are dropped and the rest is run again from position 0: cached keys and
         values carry their positions and cannot be shifted. slide=1 is nanoGPT's crop-every-step.
         use_cache=False runs the whole window every step (the slow reference) under the same policy.
+        vocab_size limits sampling to ids below it: the rows that pad a vocabulary (50257 -> 50304) are no tokens.
         """
         block_size = self.config.block_size
         slide = block_size // 2 if slide is None else slide
@@ -298,7 +300,7 @@ class GPT(nn.Module):
         cache = self.make_cache(idx.size(0)) if use_cache else None
         logits = self(context, cache=cache)[0][:, -1]
         for step in range(max_new_tokens):
-            next_token = sample_next_token(logits, temperature, top_k, top_p, generator)
+            next_token = sample_next_token(logits[:, :vocab_size], temperature, top_k, top_p, generator)
             yield next_token
             if step == max_new_tokens - 1:
                 break

@@ -130,7 +130,10 @@ def read_config_file(path: str) -> dict[str, object]:
     file = Path(path)
     if not file.is_file():
         raise OptionError(f"config file {path!r} does not exist")
-    tree = ast.parse(file.read_text(encoding="utf-8"), filename=path)
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=path)
+    except SyntaxError as e:
+        raise OptionError(f"{path}:{e.lineno}: {e.msg}") from None
     values: dict[str, object] = {}
     for statement in tree.body:
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
@@ -171,8 +174,9 @@ def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, descri
         if name not in fields:
             raise _unknown(name, fields, "on the command line")
         if not has_value:
-            if hints[name] is bool:
-                value = "True"
+            if hints[name] is bool:  # a bare flag, or `--flag False` with a space
+                is_literal = args and args[0].lower() in ("true", "false", "1", "0", "yes", "no")
+                value = args.pop(0) if is_literal else "True"
             elif args:
                 value = args.pop(0)
             else:

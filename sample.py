@@ -76,7 +76,7 @@ def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None)
     with autocast_context(device, dtype):
         for next_tokens in model.generate_stream(idx, config.max_new_tokens, config.temperature, config.top_k,
                                                  config.top_p, config.slide, use_cache=not config.no_cache,
-                                                 generator=generator):
+                                                 generator=generator, vocab_size=tokenizer.vocab_size):
             for row, token in zip(tokens, next_tokens[:, 0].tolist(), strict=True):
                 row.append(token)
             if on_text is not None:

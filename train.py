@@ -262,6 +262,8 @@ def _train(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         print(f"{raw_model.get_num_params():,} parameters, pos_encoding={model_config.pos_encoding}, device={device}, "
               f"dtype={str(dtype).removeprefix('torch.')}, {world_size} process(es), {tokens_per_iter:,} tokens/iter")
     metrics_file = out_dir / "metrics.jsonl"
+    if master and config.init_from != "resume":
+        metrics_file.unlink(missing_ok=True)  # a new run in an old out_dir starts a new log
     run = None
     if config.wandb_log and master:
         import wandb

@@ -1,0 +1,110 @@
+"""checkpoint.py: atomic save, weights-only load, and rebuilding the model from a checkpoint."""
+
+import pickle
+
+import pytest
+import torch
+
+import checkpoint
+from checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+from model import GPT, GPTConfig
+
+
+def tiny_model(seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=2, n_embd=32)).eval()
+
+
+def state_of(model: GPT) -> dict:
+    return {"model_args": {**vars(model.config)}, "model": model.state_dict(), "iter_num": 7,
+            "best_val_loss": 1.5, "tokenizer": {"kind": "char", "chars": "ab", "vocab_size": 2}}
+
+
+def interrupted_save(real_save, error: BaseException):
+    """A torch.save that writes part of the file, then fails (a full disk, a kill, a Ctrl-C)."""
+    calls = []
+
+    def save(obj, file, *args, **kwargs):
+        calls.append(file)
+        file.write(b"PK\x03\x04 partial checkpoint bytes")
+        file.flush()
+        raise error
+
+    return save, calls
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), KeyboardInterrupt()],
+                         ids=["disk_full", "ctrl_c"])
+def test_failed_save_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch, error):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(state_of(tiny_model(0)), path)
+    before = path.read_bytes()
+    fake_save, calls = interrupted_save(torch.save, error)
+    monkeypatch.setattr(checkpoint.torch, "save", fake_save)
+    with pytest.raises(type(error)):
+        save_checkpoint(state_of(tiny_model(1)), path)
+    assert len(calls) == 1
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"], "a temporary file was left behind"
+    monkeypatch.undo()
+    assert load_checkpoint(path)["iter_num"] == 7
+
+
+def test_failed_first_save_leaves_nothing(tmp_path, monkeypatch):
+    fake_save, _ = interrupted_save(torch.save, RuntimeError("boom"))
+    monkeypatch.setattr(checkpoint.torch, "save", fake_save)
+    with pytest.raises(RuntimeError, match="boom"):
+        save_checkpoint({"x": torch.zeros(2)}, tmp_path / "sub" / "ckpt.pt")
+    assert list((tmp_path / "sub").iterdir()) == []
+
+
+def test_save_replaces_and_round_trips(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint({"x": torch.arange(3), "note": "first"}, path)
+    save_checkpoint({"x": torch.arange(4), "note": "second", "nested": {"a": [1, 2.5, None]}}, path)
+    state = load_checkpoint(path)
+    assert state["note"] == "second" and torch.equal(state["x"], torch.arange(4))
+    assert state["nested"] == {"a": [1, 2.5, None]}
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+class Payload:
+    """Unpickling this runs code: it creates a marker file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_load_is_weights_only(tmp_path):
+    marker = tmp_path / "marker"
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {"w": torch.zeros(2)}, "payload": Payload(marker)}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(path)
+    assert not marker.exists()
+    # The control: an unrestricted load does run the payload, so the file really carries code.
+    torch.load(path, weights_only=False)
+    assert marker.exists()
+
+
+def test_load_missing_checkpoint(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "nothing.pt")
+
+
+def test_model_from_checkpoint_gives_the_same_logits(tmp_path):
+    model = tiny_model(3)
+    with torch.no_grad():
+        for p in model.parameters():  # move away from the initialisation, so a fresh model would differ
+            p.add_(0.1 * torch.randn_like(p))
+    save_checkpoint(state_of(model), tmp_path / "ckpt.pt")
+    rebuilt = model_from_checkpoint(load_checkpoint(tmp_path / "ckpt.pt")).eval()
+    assert rebuilt.config == model.config
+    idx = torch.randint(0, 37, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(rebuilt(idx)[0], model(idx)[0])
+        assert not torch.allclose(tiny_model(3)(idx)[0], model(idx)[0])
+    assert rebuilt.lm_head.weight is rebuilt.input_layer.wte  # still tied after loading
