@@ -102,7 +102,8 @@ def check_positions(config: GPTConfig, seq_len: int, past_length: int) -> None:
 
 def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
     # Skipped while compiling: the check needs a device sync, and compiled training reads pre-checked data.
-    if torch.compiler.is_compiling():
+    # An empty idx has no ids to check; the input layer reports it.
+    if torch.compiler.is_compiling() or idx.numel() == 0:
         return
     if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
         raise ValueError(f"token ids must be an integer tensor, got dtype {idx.dtype}")
@@ -233,9 +234,8 @@ class GPT(nn.Module):
         """
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (batch, T), got {tuple(idx.shape)}")
-        past_length = 0 if cache is None else cache.length
-        check_positions(self.config, idx.size(1), past_length)
         check_token_ids(idx, self.config.vocab_size)
+        past_length = 0 if cache is None else cache.length
         if cache is not None:
             if idx.size(0) != cache.batch_size:
                 raise ValueError(f"idx has batch size {idx.size(0)} but the KV cache holds {cache.batch_size}")

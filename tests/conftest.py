@@ -21,8 +21,9 @@ SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.
 
 @pytest.fixture(autouse=True, scope="session")
 def one_torch_thread():
-    """Tiny tensors run fastest on one thread, and the machine has 2 cores shared with other processes (see
-    test_model.py's one_thread); subprocesses started by the tests get OMP_NUM_THREADS=1 (script_env)."""
+    """Tiny tensors run fastest on one thread: on a busy 2-core machine, two OpenMP threads waiting on each other
+    made a LayerNorm of a (2, 5, 32) tensor take 8 ms instead of 10 us (measured). Subprocesses started by the
+    tests get OMP_NUM_THREADS=1 (script_env)."""
     import torch
 
     threads = torch.get_num_threads()

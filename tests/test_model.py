@@ -16,18 +16,8 @@ import input_layer_numpy as ref
 import model as M
 from model import GPT, GPTConfig, InputLayer
 
-POS_ENCODINGS = ("learned", "sinusoidal", "none")
+POS_ENCODINGS = M.POS_ENCODINGS
 BLOCK, VOCAB = 16, 37  # the tiny model of most tests
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors run fastest on one thread; on a busy 2-core machine, two OpenMP threads waiting on each
-    other made a LayerNorm of a (2, 5, 32) tensor take 8 ms instead of 10 us (measured). Restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny_config(pos_encoding: str = "learned", **overrides) -> GPTConfig:
