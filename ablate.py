@@ -300,7 +300,8 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], lengths: li
         tail_start = max(tail_start, steps[tail[0]])
         tail_low, tail_high = min(tail_low, losses[:, tail].min()), max(tail_high, losses[:, tail].max())
     margin = 0.05 * (tail_high - tail_low) + 1e-3
-    axes[1].set_xlim(left=tail_start)
+    last_step = max(e["iter"] for r in records for e in r["evals"])
+    axes[1].set_xlim(tail_start - 0.02 * (last_step - tail_start), last_step + 0.02 * (last_step - tail_start))
     axes[1].set_ylim(tail_low - margin, tail_high + margin)
     axes[0].set_title("Whole run")
     axes[1].set_title("Second half, zoomed in")
@@ -357,7 +358,9 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], lengths: li
         ax.set_xlim(-0.5, n - 0.5)
         ax.set_xlabel("position in the window (tokens of context before it)")
         ax.set_ylabel("mean val loss (nats/token)")
-        ax.set_title(f"L = {n} ({n / block_size:g}x block_size)")
+        capped = [v for v in variants if v not in shown]
+        ax.set_title(f"L = {n} ({n / block_size:g}x block_size)"
+                     + (f"; not shown: {', '.join(capped)} (no positions past {block_size})" if capped else ""))
         if shown:
             ax.legend()
         else:
@@ -373,11 +376,13 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], lengths: li
         for ax, (title, table) in zip(axes, similarity["tables"].items(), strict=True):
             rows_ = F.normalize(table, dim=1)
             image = ax.imshow((rows_ @ rows_.T).numpy(), cmap="RdBu_r", vmin=-1, vmax=1, origin="upper")
+            ax.grid(False)  # grid lines would read as structure in the heatmap
             ax.set_title(title)
             ax.set_xlabel("position j")
             ax.set_ylabel("position i")
         fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity of rows i and j")
-        fig.suptitle(f"Learned position table (wpe), seed {similarity['seed']}")
+        fig.suptitle(f"Cosine similarity between the rows of the learned position table (wpe), seed "
+                     f"{similarity['seed']}")
         fig.savefig(study_dir / "position_similarity.png", dpi=110)
         plt.close(fig)
 
@@ -428,7 +433,8 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
         f"Cells are mean ± sample std (ddof=1) over {ablate.seeds} seed(s). *best val loss*: lowest val estimate "
         f"during training ({first.eval_iters} batches). *loss L=n*: the **final** model ({CHECKPOINT}) on "
         f"{ablate.eval_windows} fixed val windows (seed {ablate.eval_seed}), mean loss over positions 0..n-1; "
-        "shorter lengths use prefixes of the same windows. tokens/s is noisy on a shared CPU.",
+        f"shorter lengths use prefixes of the same windows. tokens/s: training throughput with "
+        f"{torch.get_num_threads()} torch thread(s), noisy on a shared CPU.",
     ]
     if learned is not None and max(lengths) > block_size:
         header += ["", f"`learned` has a position table of {block_size} rows, so it cannot be run past "

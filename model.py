@@ -16,6 +16,10 @@ from torch import nn
 from torch.nn import functional as F
 
 POS_ENCODINGS = ("learned", "sinusoidal", "none")
+# Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
+# embeddings have std 0.02 and no scaling, so the table is scaled to amplitude 0.02 instead: the same ratio of
+# position to token signal. Unscaled, the table drowns the tokens 50:1 at initialisation (see README).
+SINUSOIDAL_AMPLITUDE = 0.02
 
 
 @dataclass
@@ -73,7 +77,7 @@ class InputLayer(nn.Module):
         if self.config.pos_encoding == "sinusoidal":
             angles = positions.float()[:, None] * self.inv_freq[None, :]
             # Vaswani et al.: sin on even features, cos on odd ones, interleaved.
-            return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
+            return SINUSOIDAL_AMPLITUDE * torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
         return None
 
     def forward(self, idx: torch.Tensor, past_length: int = 0) -> torch.Tensor:

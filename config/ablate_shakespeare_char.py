@@ -1,4 +1,5 @@
-# Position-encoding study on character-level Shakespeare, sized for a 2-core CPU: 3 variants x 3 seeds, ~25 min.
+# Position-encoding study on character-level Shakespeare, sized for a 2-core CPU: 3 variants x 3 seeds in ~30 min
+# (measured: 33 min at 10-12 steps/s on a 2-core machine shared with other jobs).
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_shakespeare_char.py
 study_dir = "out-ablate-shakespeare-char"
@@ -25,7 +26,7 @@ block_size = 64
 dropout = 0.0
 
 learning_rate = 1e-3
-max_iters = 2500  # 9 runs of ~160 s each on one core of this CPU: ~25 min with the evaluation
+max_iters = 2500  # 9 runs of 200-250 s each, plus ~10 s of evaluation each
 lr_decay_iters = max_iters
 min_lr = 1e-4
 beta2 = 0.99

@@ -29,15 +29,6 @@ PLOTS = ("val_loss", "loss_by_position", "extrapolation", "position_similarity")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors run fastest on one thread (see tests/test_model.py); restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def corpus(n_words: int = 800) -> str:
     words = ["to", "be", "or", "not", "that", "is", "the", "question", "whether", "tis", "nobler", "in", "mind",
              "suffer", "slings", "arrows"]
