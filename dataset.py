@@ -135,8 +135,8 @@ def sample_offsets(data_length: int, block_size: int, count: int, generator: tor
 
 def get_batch(data: np.ndarray, offsets: torch.Tensor, block_size: int, device: torch.device) -> tuple:
     """Inputs and next-token targets (len(offsets), block_size), moved to device."""
-    x = torch.from_numpy(np.stack([data[i:i + block_size] for i in offsets.tolist()]).astype(np.int64))
-    y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block_size] for i in offsets.tolist()]).astype(np.int64))
+    windows = torch.from_numpy(np.stack([data[i:i + block_size + 1] for i in offsets.tolist()]).astype(np.int64))
+    x, y = windows[:, :-1], windows[:, 1:]
     if device.type == "cuda":  # pinned memory lets the copy overlap with the GPU's work
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)

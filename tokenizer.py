@@ -52,7 +52,7 @@ class GPT2Tokenizer:
         return self.encoding.encode(text, allowed_special={"<|endoftext|>"})
 
     def encode_documents(self, text: str) -> np.ndarray:
-        """Encode a long text in parallel-friendly pieces, ids as a NumPy array."""
+        """A whole corpus as ids; special-token strings in it are plain text, as in nanoGPT's prepare.py."""
         return np.array(self.encoding.encode_ordinary(text), dtype=np.int64)
 
     def decode(self, ids: list[int]) -> str:

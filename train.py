@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -146,8 +146,7 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
                              f"has a {data_description['kind']} vocabulary of {data_description['vocab_size']}")
         return model_from_checkpoint(state), state
     if config.init_from == "scratch":
-        model_config.vocab_size = model_vocab_size(data_description)
-        return GPT(model_config), None
+        return GPT(replace(model_config, vocab_size=model_vocab_size(data_description))), None
     if data_description["kind"] != "gpt2":
         raise ValueError(f"init_from={config.init_from!r} needs GPT-2 BPE data, but dataset={config.dataset!r} is "
                          f"tokenized as {data_description['kind']!r}")
