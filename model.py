@@ -421,13 +421,13 @@ def download_hf_gpt2(name: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError as e:
-        raise RuntimeError(f"loading {name!r} by name needs `pip install transformers`; or pass a local "
+        raise ImportError(f"loading {name!r} by name needs `pip install transformers`; or pass a local "
                            "directory with config.json and model.safetensors") from e
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
     try:
         return Path(snapshot_download(name, allow_patterns=["config.json", "model.safetensors"]))
     except Exception as e:
-        raise RuntimeError(f"could not download {name!r} from the Hugging Face hub ({type(e).__name__}); offline, "
+        raise ConnectionError(f"could not download {name!r} from the Hugging Face hub ({type(e).__name__}); offline, "
                            "pass a local directory holding config.json and model.safetensors instead") from e
 
 

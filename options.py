@@ -196,6 +196,6 @@ def main_guard(main: typing.Callable[[list[str]], object], argv: list[str] | Non
     """Run a script's main; a bad option or input ends it with the message alone and exit status 2."""
     try:
         main(sys.argv[1:] if argv is None else argv)
-    except (ValueError, FileNotFoundError, ConnectionError, ArithmeticError) as e:
+    except (ValueError, FileNotFoundError, ConnectionError, ImportError, ArithmeticError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -118,3 +118,11 @@ def test_sample_config_rejects_bad_values():
         from options import parse_options
 
         parse_options(["--top_p=abc"], (SampleConfig,), "sample.py", "")
+
+
+def test_gpt2_by_name_offline_fails_fast_with_a_local_path_hint(script_env):
+    """No network here (and script_env routes HTTP to a closed port): a clear message within seconds."""
+    result = subprocess.run([sys.executable, "sample.py", "--init_from=gpt2"], cwd=REPO, capture_output=True,
+                            text=True, timeout=60, env=script_env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "could not download 'gpt2'" in result.stderr and "local directory" in result.stderr
