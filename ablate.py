@@ -30,7 +30,7 @@ from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from model import GPT, POS_ENCODINGS, GPTConfig
 from options import main_guard, parse_options
-from tokenizer import TOKENIZER_FILE
+from tokenizer import read_description
 from train import TrainConfig, autocast_context, build_model, choose_device, choose_dtype, train
 
 # Set per run by the study, not by the user (init_from and eval_only would make runs that are not comparable).
@@ -89,7 +89,7 @@ def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTC
 
 def initial_model(run: dict) -> GPT:
     """The model a run starts from, rebuilt exactly as train() builds it (same seed, same code path)."""
-    description = json.loads((resolve_data_dir(run["train_config"].dataset) / TOKENIZER_FILE).read_text("utf-8"))
+    description = read_description(resolve_data_dir(run["train_config"].dataset))
     torch.manual_seed(run["seed"])
     model, _ = build_model(run["train_config"], replace(run["model_config"]), description)
     return model

@@ -8,7 +8,6 @@ config (evaluation excluded), in alternating rounds; MFU against this machine's 
 Sampling: tokens/s of cached and uncached generation from random weights, batch 1.
 """
 
-import json
 import statistics
 import sys
 import time
@@ -19,7 +18,7 @@ import torch
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from model import GPT, GPTConfig
 from options import main_guard, parse_options
-from tokenizer import TOKENIZER_FILE
+from tokenizer import read_description
 from train import TrainConfig, autocast_context, choose_device, choose_dtype, model_vocab_size, train
 
 
@@ -91,7 +90,7 @@ def bare_loop_seconds(config: TrainConfig, model_config: GPTConfig, device: torc
 def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> None:
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
-    description = json.loads((resolve_data_dir(config.dataset) / TOKENIZER_FILE).read_text(encoding="utf-8"))
+    description = read_description(resolve_data_dir(config.dataset))
     model_config = replace(model_config, vocab_size=model_vocab_size(description))
     tokens_per_step = config.batch_size * config.gradient_accumulation_steps * model_config.block_size
     peak = matmul_peak(device, dtype)

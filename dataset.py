@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tokenizer import TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer
+from tokenizer import TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
 
 REPO_ROOT = Path(__file__).resolve().parent
 
@@ -120,8 +120,7 @@ def resolve_data_dir(dataset: str) -> Path:
 
 def load_split(data_dir: Path, split: str, block_size: int) -> np.ndarray:
     """The token stream of one split as a read-only memmap; it must hold at least one block plus its target."""
-    description = json.loads((data_dir / TOKENIZER_FILE).read_text(encoding="utf-8"))
-    data = np.memmap(data_dir / f"{split}.bin", dtype=np.dtype(description["dtype"]), mode="r")
+    data = np.memmap(data_dir / f"{split}.bin", dtype=np.dtype(read_description(data_dir)["dtype"]), mode="r")
     if len(data) < block_size + 1:
         raise ValueError(f"{data_dir / (split + '.bin')} holds {len(data)} tokens, too few for one block: "
                          f"block_size={block_size} needs at least {block_size + 1}; use a smaller block_size "

@@ -90,8 +90,13 @@ def from_description(description: dict) -> Tokenizer:
     raise ValueError(f"unknown tokenizer kind {kind!r} (expected 'char' or 'gpt2')")
 
 
-def load_tokenizer(data_dir: str | os.PathLike) -> Tokenizer:
+def read_description(data_dir: str | os.PathLike) -> dict:
+    """The tokenizer.json of a prepared data folder: tokenizer kind, vocab_size, token dtype, split sizes."""
     path = Path(data_dir) / TOKENIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: run the dataset's prepare.py first")
-    return from_description(json.loads(path.read_text(encoding="utf-8")))
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_tokenizer(data_dir: str | os.PathLike) -> Tokenizer:
+    return from_description(read_description(data_dir))

@@ -24,7 +24,7 @@ from checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from model import GPT, GPTConfig
 from options import main_guard, parse_options
-from tokenizer import TOKENIZER_FILE
+from tokenizer import read_description
 
 
 @dataclass
@@ -224,7 +224,7 @@ def _train(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         torch.backends.cudnn.allow_tf32 = True
     out_dir = Path(config.out_dir)
     data_dir = resolve_data_dir(config.dataset)
-    data_description = json.loads((data_dir / TOKENIZER_FILE).read_text(encoding="utf-8"))
+    data_description = read_description(data_dir)
 
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description)
@@ -347,7 +347,8 @@ def _train(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
             iter_num += 1
             steps_in_window += 1
 
-            if iter_num % config.log_interval == 0 or iter_num == config.max_iters:
+            log_now = iter_num % config.log_interval == 0 or iter_num == config.max_iters
+            if log_now:
                 if world_size > 1:
                     dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
                 train_loss = loss_sum.item() / steps_in_window
@@ -360,7 +361,7 @@ def _train(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
             train_seconds += elapsed
             window_seconds += elapsed
             bar.update(1)
-            if iter_num % config.log_interval == 0 or iter_num == config.max_iters:
+            if log_now:
                 tokens_per_sec = tokens_per_iter * steps_in_window / window_seconds
                 train_losses.append({"iter": iter_num, "loss": train_loss})
                 bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}")
