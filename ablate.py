@@ -37,7 +37,8 @@ from train import TrainConfig, autocast_context, build_model, choose_device, cho
 SKIP = ("vocab_size", "pos_encoding", "seed", "out_dir", "init_from", "eval_only")
 CHECKPOINT = "ckpt.pt"  # the final model of each run (see the module docstring)
 MULTIPLIERS = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0)  # eval context lengths in units of block_size
-COLORS = {"learned": "tab:blue", "sinusoidal": "tab:orange", "none": "tab:green"}
+COLORS = {"learned": "tab:blue", "sinusoidal": "tab:orange", "rope": "tab:red", "alibi": "tab:purple",
+          "none": "tab:green"}
 
 
 @dataclass

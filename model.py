@@ -1,8 +1,10 @@
-"""GPT-2, top to bottom: the input layer, attention with its KV cache, the MLP, the block, the model.
+"""GPT-2, top to bottom: the input layer, positions inside attention, attention with its KV cache, the MLP, the
+block, the model.
 
 Imports nothing of this repo. The input layer is the official GPT-2 one,
     h = wte[X] + wpe[past_length + arange(T)],
-and can be swapped for a sinusoidal table or for no position signal at all (NoPE).
+and can be swapped for a sinusoidal table or for no position signal at all (NoPE). Two encodings act inside
+attention instead: rotary embeddings (RoPE) turn queries and keys, ALiBi adds a distance penalty to the scores.
 """
 
 import json
@@ -15,11 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-POS_ENCODINGS = ("learned", "sinusoidal", "none")
-# Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
-# embeddings have std 0.02 and no scaling, so the table is scaled to amplitude 0.02 instead: the same ratio of
-# position to token signal. Unscaled, the table drowns the tokens 50:1 at initialisation (see README).
-SINUSOIDAL_AMPLITUDE = 0.02
+POS_ENCODINGS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
 
 @dataclass
@@ -31,24 +29,39 @@ class GPTConfig:
     n_embd: int = 768  # residual stream width
     dropout: float = 0.0  # dropout on the input sum, attention weights and residual branches
     bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2: True)
-    pos_encoding: str = "learned"  # position signal added to the token embedding: learned | sinusoidal | none
+    pos_encoding: str = "learned"  # position signal: learned | sinusoidal | rope | alibi | none (see README)
+    learned_init_std: float = 0.01  # init std of the learned position table (GPT-2: 0.01; nanoGPT: 0.02)
+    # Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
+    # embeddings have std 0.02 and no scaling, so 0.02 keeps the ratio of position to token signal. Unscaled,
+    # the table drowns the tokens 50:1 at initialisation (see README).
+    sinusoidal_amplitude: float = 0.02  # scale of the sinusoidal table (token table init std: Vaswani's ratio)
+    rope_base: float = 10000.0  # rotary angle base: features i, i+head_dim/2 turn by pos * base^(-2i/head_dim)
 
     def __post_init__(self) -> None:
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if self.pos_encoding not in POS_ENCODINGS:
-            raise ValueError(f"pos_encoding={self.pos_encoding!r} is not one of {POS_ENCODINGS}")
-        if self.pos_encoding == "sinusoidal" and self.n_embd % 2:
-            raise ValueError(f"pos_encoding='sinusoidal' needs an even n_embd, got {self.n_embd}")
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.pos_encoding not in POS_ENCODINGS:
+            raise ValueError(f"pos_encoding={self.pos_encoding!r} is not one of {', '.join(POS_ENCODINGS)}")
+        if self.pos_encoding == "sinusoidal" and self.n_embd % 2:
+            raise ValueError(f"pos_encoding='sinusoidal' needs an even n_embd, got {self.n_embd}")
+        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ValueError(f"pos_encoding='rope' needs an even head_dim, got n_embd/n_head = {self.n_embd}/"
+                             f"{self.n_head} = {self.n_embd // self.n_head}; change n_embd or n_head")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+        for name in ("sinusoidal_amplitude", "rope_base"):
+            if not getattr(self, name) > 0:  # also catches NaN
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0")
+        if not self.learned_init_std >= 0:
+            raise ValueError(f"learned_init_std={self.learned_init_std} must be >= 0")
 
 
 class InputLayer(nn.Module):
-    """Token embedding plus one position encoding. The only place where positions enter the model."""
+    """Token embedding plus one additive position encoding: the only place where positions enter the residual
+    stream (rope and alibi act inside attention instead, and add nothing here)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -68,16 +81,16 @@ class InputLayer(nn.Module):
 
     def reset_position_table(self) -> None:
         if self.config.pos_encoding == "learned":
-            nn.init.normal_(self.wpe, mean=0.0, std=0.01)
+            nn.init.normal_(self.wpe, mean=0.0, std=self.config.learned_init_std)
 
     def position_encoding(self, positions: torch.Tensor) -> torch.Tensor | None:
-        """(T,) absolute positions -> (T, n_embd), or None when the model has no position signal."""
+        """(T,) absolute positions -> (T, n_embd), or None when nothing is added to the token embedding."""
         if self.config.pos_encoding == "learned":
             return self.wpe[positions]
         if self.config.pos_encoding == "sinusoidal":
             angles = positions.float()[:, None] * self.inv_freq[None, :]
             # Vaswani et al.: sin on even features, cos on odd ones, interleaved.
-            return SINUSOIDAL_AMPLITUDE * torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
+            return self.config.sinusoidal_amplitude * torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
         return None
 
     def forward(self, idx: torch.Tensor, past_length: int = 0) -> torch.Tensor:
@@ -100,7 +113,7 @@ def check_positions(config: GPTConfig, seq_len: int, past_length: int) -> None:
             f"position {past_length + seq_len - 1} is out of range: T={seq_len} new tokens after "
             f"past_length={past_length} cached ones need positions up to {past_length + seq_len - 1}, but the "
             f"learned position table has block_size={config.block_size} rows (0..{config.block_size - 1}). "
-            "Crop the context to block_size tokens; pos_encoding 'sinusoidal' and 'none' have no such cap."
+            "Crop the context to block_size tokens; the other pos_encodings have no such cap."
         )
 
 
@@ -115,6 +128,60 @@ def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise ValueError(f"token id {bad} is outside [0, vocab_size={vocab_size})")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Positions inside attention: rotary embeddings (Su et al. 2021) and linear biases (Press et al. 2022)
+
+
+def rope_angles(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (T, head_dim), float32, of the rotary angles at positions (T,), in the rotate-half layout:
+    feature i and feature i + head_dim/2 form a pair, turned by pos * base^(-2i/head_dim)."""
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Turn each pair (x_i, x_{i+head_dim/2}) of x (B, n_head, T, head_dim) by the angles of rope_angles."""
+    half = x.size(-1) // 2
+    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    # x * cos promotes bf16 (autocast) to float32: the rotation is computed in float32 and rounded once
+    return (x * cos + turned * sin).to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding of x (B, n_head, T, head_dim) at absolute positions (T,)."""
+    return rotate(x, *rope_angles(positions, x.size(-1), base))
+
+
+def alibi_slopes(n_head: int) -> list[float]:
+    """ALiBi's slope m_h of each head, as in the paper's code: for n_head a power of two, 2^(-8(h+1)/n_head);
+    otherwise those of the largest power of two c < n_head, then every other slope of 2c heads."""
+    c = 1 << (n_head.bit_length() - 1)
+    slopes_c = [2.0 ** (-8.0 * (h + 1) / c) for h in range(c)]
+    slopes_2c = [2.0 ** (-8.0 * (h + 1) / (2 * c)) for h in range(2 * c)]
+    return slopes_c + slopes_2c[0::2][:n_head - c]
+
+
+def attention_mask(config: GPTConfig, past_length: int, seq_len: int, device) -> torch.Tensor | None:
+    """The mask of seq_len new queries over past_length cached keys and themselves, shared by every layer.
+
+    None where SDPA's own is_causal mask is right: it aligns top-left, so it is wrong only for several
+    queries after a cache, which sit bottom-right (positions past_length + t). With alibi, a float bias
+    (n_head, seq_len, past_length + seq_len): -m_h * (query_pos - key_pos), -inf above the diagonal.
+    """
+    key_pos = torch.arange(past_length + seq_len, device=device)
+    query_pos = torch.arange(past_length, past_length + seq_len, device=device)
+    if config.pos_encoding == "alibi":
+        slopes = torch.tensor(alibi_slopes(config.n_head), device=device)
+        distance = (query_pos[:, None] - key_pos[None, :]).float()
+        # added after SDPA's 1/sqrt(head_dim) scaling of q.k, and not scaled itself, as in the paper
+        return (-slopes[:, None, None] * distance).masked_fill(distance < 0, float("-inf"))
+    if past_length > 0 and seq_len > 1:
+        return key_pos[None, :] <= query_pos[:, None]
+    return None
 
 
 class KVCache:
@@ -143,22 +210,22 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                past_length: int = 0) -> torch.Tensor:
+                past_length: int = 0, mask: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """mask from attention_mask (None: causal), rope the (cos, sin) of rope_angles or None."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        mask, is_causal = None, T > 1
+        if rope is not None:
+            q, k = rotate(q, *rope), rotate(k, *rope)  # before caching: the cache holds rotated keys
         if kv_cache is not None:
             cache_k, cache_v = kv_cache
             cache_k[:, :, past_length:past_length + T] = k
             cache_v[:, :, past_length:past_length + T] = v
             k, v = cache_k[:, :, :past_length + T], cache_v[:, :, :past_length + T]
-            if past_length > 0 and T > 1:
-                # SDPA's is_causal aligns the mask top-left; new queries sit bottom-right, after the cache.
-                key_pos = torch.arange(past_length + T, device=x.device)
-                query_pos = torch.arange(past_length, past_length + T, device=x.device)
-                mask, is_causal = key_pos[None, :] <= query_pos[:, None], False
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q.dtype)  # SDPA wants a float mask in the query's dtype (bf16 under autocast)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
@@ -184,8 +251,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, kv_cache=None, past_length: int = 0) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), kv_cache, past_length)
+    def forward(self, x: torch.Tensor, kv_cache=None, past_length: int = 0, mask: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), kv_cache, past_length, mask, rope)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -247,9 +315,16 @@ class GPT(nn.Module):
                 raise ValueError(f"KV cache overflow: past_length={past_length} + T={idx.size(1)} exceeds "
                                  f"the cache's max_length={cache.max_length}")
         x = self.input_layer(idx, past_length)
+        # Built once for all layers: the mask (alibi's bias) and rope's cos and sin at the positions in use.
+        T, c = idx.size(1), self.config
+        mask = attention_mask(c, past_length, T, idx.device)
+        rope = None
+        if c.pos_encoding == "rope":
+            positions = torch.arange(past_length, past_length + T, device=idx.device)
+            rope = rope_angles(positions, c.n_embd // c.n_head, c.rope_base)
         for layer, block in enumerate(self.blocks):
             kv = None if cache is None else (cache.keys[layer], cache.values[layer])
-            x = block(x, kv, past_length)
+            x = block(x, kv, past_length, mask, rope)
         if cache is not None:
             cache.length += idx.size(1)
         logits = self.lm_head(self.ln_f(x))
@@ -347,7 +422,7 @@ class GPT(nn.Module):
 
         if self.config.pos_encoding != "learned":
             raise ValueError(f"GPT-2 in transformers has a learned position table; this model has "
-                             f"pos_encoding={self.config.pos_encoding!r}")
+                             f"pos_encoding={self.config.pos_encoding!r}: only 'learned' models can be exported")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         c = self.config

@@ -147,6 +147,9 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         return model_from_checkpoint(state), state
     if config.init_from == "scratch":
         return GPT(replace(model_config, vocab_size=model_vocab_size(data_description))), None
+    if model_config.pos_encoding != "learned":
+        raise ValueError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
+                         f"pos_encoding={model_config.pos_encoding!r}; set pos_encoding=learned or init_from=scratch")
     if data_description["kind"] != "gpt2":
         raise ValueError(f"init_from={config.init_from!r} needs GPT-2 BPE data, but dataset={config.dataset!r} is "
                          f"tokenized as {data_description['kind']!r}")

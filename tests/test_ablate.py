@@ -1,4 +1,4 @@
-"""Tests of ablate.py on a tiny corpus and a tiny model: one study of 3 variants x 2 seeds, trained once for the
+"""Tests of ablate.py on a tiny corpus and a tiny model: one study of 5 variants x 2 seeds, trained once for the
 module, then checked against independent recomputations (NumPy statistics, the model's own loss, a train() run
 of zero steps) and rerun to check that finished runs are skipped.
 """
@@ -20,7 +20,7 @@ import ablate
 from ablate import AblateConfig, eval_lengths, initial_model, run_plan, run_study
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import get_batch, load_split, prepare, sample_offsets
-from model import GPTConfig
+from model import POS_ENCODINGS, GPTConfig
 from options import OptionError, parse_options
 from train import TrainConfig, train
 
@@ -71,7 +71,7 @@ def table_rows(study_dir) -> dict[str, dict[str, str]]:
 def test_every_variant_trains(study):
     records = done_records(study.dir)
     assert sorted((r["variant"], r["seed"]) for r in records) == sorted(
-        (v, s) for v in ("learned", "sinusoidal", "none") for s in (1337, 1338))
+        (v, s) for v in POS_ENCODINGS for s in (1337, 1338))
     for r in records:
         run_dir = study.dir / r["variant"] / f"seed{r['seed']}"
         assert r["iter_num"] == 4 and (run_dir / "ckpt.pt").is_file()
@@ -85,12 +85,13 @@ def test_shared_weights_start_identical(study):
     plan = run_plan(*study.configs)
     run = {(r["variant"], r["seed"]): r for r in plan}
     for seed in (1337, 1338):
-        models = {v: initial_model(run[v, seed]).state_dict() for v in ("learned", "sinusoidal", "none")}
+        models = {v: initial_model(run[v, seed]).state_dict() for v in POS_ENCODINGS}
         shared = set(models["none"])
-        assert shared == set(models["sinusoidal"]) == set(models["learned"]) - {"input_layer.wpe"}
-        for name in shared:
-            assert torch.equal(models["learned"][name], models["none"][name]), name
-            assert torch.equal(models["sinusoidal"][name], models["none"][name]), name
+        assert shared == set(models["learned"]) - {"input_layer.wpe"}
+        for variant in ("learned", "sinusoidal", "rope", "alibi"):
+            assert shared <= set(models[variant]) and len(models[variant]) - len(shared) == (variant == "learned")
+            for name in shared:
+                assert torch.equal(models[variant][name], models["none"][name]), (variant, name)
     other_seed = initial_model(run["none", 1338]).state_dict()["input_layer.wte"]
     assert not torch.equal(initial_model(run["none", 1337]).state_dict()["input_layer.wte"], other_seed)
 
@@ -129,7 +130,7 @@ def test_learned_long_context_cells_are_marked(study):
             assert number.match(rows["learned"][column])
         else:
             assert rows["learned"][column] == f"n/a: no position rows past {BLOCK}"
-        assert number.match(rows["sinusoidal"][column]) and number.match(rows["none"][column])
+        assert all(number.match(rows[v][column]) for v in ("sinusoidal", "rope", "alibi", "none"))
     summary = {row["variant"]: row for row in json.loads((study.dir / "results.json").read_text())["summary"]}
     assert summary["learned"]["loss"][str(4 * BLOCK)] is None
     assert summary["none"]["loss"][str(4 * BLOCK)] is not None
@@ -143,7 +144,7 @@ def test_table_matches_recomputation(study):
     rows = table_rows(study.dir)
     with (study.dir / "results.csv").open() as file:
         csv_rows = {row["variant"]: row for row in csv.DictReader(file)}
-    for variant in ("learned", "sinusoidal", "none"):
+    for variant in POS_ENCODINGS:
         best = [r["best_val_loss"] for r in done_records(study.dir) if r["variant"] == variant]
         assert len(best) == 2
         mean, std = np.mean(best), np.std(best, ddof=1)
@@ -191,7 +192,7 @@ def test_rerun_skips_finished_runs(study, tmp_path, monkeypatch):
     (copy / "none" / "seed1338" / "done.json").unlink()
     again = run_study(ablate_config, train_config, model_config)
     assert calls == [str(copy / "none" / "seed1338")]
-    assert len(again["runs"]) == 6
+    assert len(again["runs"]) == 2 * len(POS_ENCODINGS)
 
     # A finished run made with other settings is not silently reused.
     with pytest.raises(ValueError, match="max_iters"):
@@ -210,4 +211,4 @@ def test_options_from_the_config_file():
         with pytest.raises(OptionError, match="unknown option"):
             parse_options([flag], sections, "ablate.py", "", skip=ablate.SKIP)
     with pytest.raises(OptionError, match="variants"):
-        parse_options(["--variants=learned,rope"], sections, "ablate.py", "", skip=ablate.SKIP)
+        parse_options(["--variants=learned,rotary"], sections, "ablate.py", "", skip=ablate.SKIP)

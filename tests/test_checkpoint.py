@@ -108,3 +108,20 @@ def test_model_from_checkpoint_gives_the_same_logits(tmp_path):
         assert torch.equal(rebuilt(idx)[0], model(idx)[0])
         assert not torch.allclose(tiny_model(3)(idx)[0], model(idx)[0])
     assert rebuilt.lm_head.weight is rebuilt.input_layer.wte  # still tied after loading
+
+
+def test_checkpoint_from_before_the_position_settings_loads_with_their_old_values(tmp_path):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=1, n_head=2, n_embd=32,
+                          pos_encoding="sinusoidal")).eval()
+    state = state_of(model)
+    for name in ("learned_init_std", "sinusoidal_amplitude", "rope_base"):  # added to GPTConfig later
+        del state["model_args"][name]
+    save_checkpoint(state, tmp_path / "ckpt.pt")
+    rebuilt = model_from_checkpoint(load_checkpoint(tmp_path / "ckpt.pt")).eval()
+    # the values that were module constants then: wpe ~ N(0, 0.01^2), sinusoids x 0.02, base 10000
+    c = rebuilt.config
+    assert (c.learned_init_std, c.sinusoidal_amplitude, c.rope_base) == (0.01, 0.02, 10000.0)
+    idx = torch.randint(0, 37, (1, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(rebuilt(idx)[0], model(idx)[0])

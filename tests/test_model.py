@@ -1,11 +1,13 @@
 """Tests of model.py, each against something independent of the code under test: a formula, the NumPy
-reference in input_layer_numpy.py, Hugging Face transformers' GPT2LMHeadModel, the uncached forward pass,
-or a finite-difference gradient. Small configs only; nothing is downloaded.
+reference in input_layer_numpy.py, a NumPy float64 forward of the whole model (rope, alibi), Hugging Face
+transformers' GPT2LMHeadModel and rotary function, the uncached forward pass, or a finite-difference gradient.
+Small configs only; nothing is downloaded.
 """
 
 import copy
 import inspect
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ from model import GPT, GPTConfig, InputLayer
 
 POS_ENCODINGS = M.POS_ENCODINGS
 BLOCK, VOCAB = 16, 37  # the tiny model of most tests
-# The sinusoidal table is Vaswani's scaled to the token table's init std (0.02): see model.SINUSOIDAL_AMPLITUDE.
+# The sinusoidal table is Vaswani's scaled to the token table's init std (0.02): GPTConfig.sinusoidal_amplitude.
 AMPLITUDE = 0.02
 
 
@@ -111,13 +113,13 @@ def test_input_layer_uses_absolute_positions(pos_encoding):
     elif pos_encoding == "sinusoidal":
         expected = wte[idx.numpy()] + AMPLITUDE * ref.sinusoidal_table(np.arange(past_length, past_length + 4),
                                                                         config.n_embd)
-    else:
+    else:  # none, and rope and alibi, which act inside attention
         expected = wte[idx.numpy()]
     h = layer(idx, past_length=past_length).detach().numpy()
     # 1e-12 in float64, except that the model keeps inv_freq in float32 (relative error 2^-24, so sin/cos at
     # position <= 12 are off by < 12 * 2^-24 ~ 1e-6) even after .double()
     np.testing.assert_allclose(h, expected, rtol=0, atol=1e-6 if pos_encoding == "sinusoidal" else 1e-12)
-    if pos_encoding != "none":  # and it is not the same as starting at position 0
+    if pos_encoding in ("learned", "sinusoidal"):  # and it is not the same as starting at position 0
         assert np.abs(h - layer(idx, past_length=0).detach().numpy()).max() > 1e-2
 
 
@@ -419,7 +421,7 @@ def test_variants_under_one_seed_share_weights():
         torch.manual_seed(1234)
         params[pos_encoding] = dict(GPT(tiny_config(pos_encoding)).named_parameters())
     learned = params["learned"]
-    for pos_encoding in ("sinusoidal", "none"):
+    for pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
         assert set(learned) - set(params[pos_encoding]) == {"input_layer.wpe"}
         for name, p in params[pos_encoding].items():
             assert torch.equal(p, learned[name]), (pos_encoding, name)
@@ -436,11 +438,11 @@ def test_learned_table_rejects_positions_beyond_block_size():
     model = tiny_model("learned")
     with pytest.raises(ValueError, match=r"T=17 .*past_length=0 .*block_size=16 ") as info:
         model(random_ids(1, BLOCK + 1))
-    assert "'sinusoidal' and 'none' have no such cap" in str(info.value)
+    assert "the other pos_encodings have no such cap" in str(info.value)
 
     cache = model.make_cache(1, max_length=4 * BLOCK)  # a long cache, so that the position table is the limit
     model(random_ids(1, 10), cache=cache)
-    with pytest.raises(ValueError, match=r"T=7 .*past_length=10 .*block_size=16 .*sinusoidal.*none"):
+    with pytest.raises(ValueError, match=r"T=7 .*past_length=10 .*block_size=16 .*Crop the context"):
         model(random_ids(1, 7), cache=cache)
     assert cache.length == 10  # the failed call left the cache alone
     model(random_ids(1, 6), cache=cache)  # positions 10..15: the last row of the table is usable
@@ -448,9 +450,9 @@ def test_learned_table_rejects_positions_beyond_block_size():
         model.input_layer(random_ids(1, 2), past_length=15)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "none"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi", "none"])
 @torch.no_grad()
-def test_sinusoidal_and_none_run_beyond_block_size(pos_encoding):
+def test_encodings_without_a_table_run_beyond_block_size(pos_encoding):
     model = tiny_model(pos_encoding)
     idx = random_ids(2, 2 * BLOCK + 3, seed=9)
     logits = model(idx)[0]
@@ -486,8 +488,19 @@ def test_empty_sequence_raises_in_model():
 def test_config_errors():
     with pytest.raises(ValueError, match="n_embd=50 is not divisible by n_head=3"):
         GPTConfig(n_embd=50, n_head=3)
-    with pytest.raises(ValueError, match=r"pos_encoding='rotary' is not one of \('learned', 'sinusoidal', 'none'\)"):
+    valid = "learned, sinusoidal, rope, alibi, none"
+    with pytest.raises(ValueError, match=f"pos_encoding='rotary' is not one of {valid}$"):
         GPTConfig(pos_encoding="rotary")
+    with pytest.raises(ValueError, match=r"'rope' needs an even head_dim, got n_embd/n_head = 36/4 = 9; change"):
+        GPTConfig(pos_encoding="rope", n_embd=36, n_head=4)
+    GPTConfig(pos_encoding="alibi", n_embd=36, n_head=4)  # odd head_dim is fine without rope
+    for name, value, limit in (("rope_base", 0.0, "> 0"), ("rope_base", -1.0, "> 0"),
+                               ("sinusoidal_amplitude", 0.0, "> 0"), ("sinusoidal_amplitude", float("nan"), "> 0"),
+                               ("learned_init_std", -0.01, ">= 0")):
+        with pytest.raises(ValueError, match=f"^{name}={value} must be {limit}$"):
+            GPTConfig(**{name: value})
+    with pytest.raises(ValueError, match="n_head=0 must be at least 1"):  # not a ZeroDivisionError
+        GPTConfig(n_head=0)
 
 
 @torch.no_grad()
@@ -509,7 +522,7 @@ def test_from_pretrained_unknown_name_offline(tmp_path, monkeypatch):
         GPT.from_pretrained("gpt2-tiny-unknown")
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "none"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi", "none"])
 def test_export_hf_rejects_non_learned_positions(tmp_path, pos_encoding):
     model = GPT(tiny_config(pos_encoding))
     with pytest.raises(ValueError, match=f"learned position table; this model has pos_encoding='{pos_encoding}'"):
@@ -521,7 +534,7 @@ def test_export_hf_rejects_non_learned_positions(tmp_path, pos_encoding):
 # Generation
 
 
-@pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal"])
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 @pytest.mark.parametrize("slide", [None, 1])
 def test_greedy_generate_cached_equals_uncached(pos_encoding, slide):
     model = tiny_model(pos_encoding)
@@ -533,7 +546,7 @@ def test_greedy_generate_cached_equals_uncached(pos_encoding, slide):
     assert torch.equal(cached, uncached)
 
 
-@pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal"])
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 def test_sampled_generate_cached_equals_uncached(pos_encoding):
     model = tiny_model(pos_encoding)
     prompt = random_ids(2, 5, seed=11)
@@ -580,7 +593,7 @@ def test_greedy_generate_matches_hf():
     assert torch.equal(ours.generate(prompt, new, temperature=0), expected)
 
 
-@pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal"])
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 @torch.no_grad()
 def test_slide_1_is_nanogpt_crop(pos_encoding):
     model = tiny_model(pos_encoding)
@@ -591,3 +604,140 @@ def test_slide_1_is_nanogpt_crop(pos_encoding):
         logits = model(idx_cond)[0][:, -1]
         idx = torch.cat((idx, logits.argmax(dim=-1, keepdim=True)), dim=1)
     assert torch.equal(model.generate(prompt, 3 * BLOCK, temperature=0, slide=1), idx)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rotary embeddings and ALiBi, against references written here without model.py's code
+
+
+def paper_alibi_slopes(n: int) -> list[float]:
+    """The slopes as the ALiBi paper's reference code computes them: start 2^(-2^-(log2 n - 3)), ratio = start."""
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + paper_alibi_slopes(2 * closest)[0::2][:n - closest]
+
+
+def test_alibi_slopes_follow_the_paper():
+    for n in range(1, 17):
+        np.testing.assert_allclose(M.alibi_slopes(n), paper_alibi_slopes(n), rtol=1e-12, atol=0, err_msg=f"n={n}")
+    assert M.alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
+    assert M.alibi_slopes(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+
+
+def hf_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """x rotated by transformers' LLaMA rotary embedding, cos and sin built by its own module."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    B, H, T, D = x.shape
+    rotary = LlamaRotaryEmbedding(LlamaConfig(hidden_size=H * D, num_attention_heads=H, rope_theta=base))
+    cos, sin = rotary(x, positions[None])
+    return apply_rotary_pos_emb(x, x, cos, sin)[0]
+
+
+@pytest.mark.parametrize("base", [10000.0, 500.0])
+def test_apply_rope_matches_transformers(base):
+    x = torch.randn(2, 3, 7, 16, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(40, 47)  # after a cache of 40 positions
+    ours = M.apply_rope(x, positions, base)
+    assert max_abs(ours, hf_rope(x, positions, base)) < 1e-5
+    assert max_abs(ours, hf_rope(x, positions + 1, base)) > 1e-2  # the positions matter
+    assert max_abs(ours, hf_rope(x, positions, 2 * base)) > 1e-3  # and so does the base
+
+
+def test_rope_preserves_norms_and_sees_only_position_differences():
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(1, 2, 1, 32, generator=g, dtype=torch.float64), torch.randn(1, 2, 1, 32, generator=g,
+                                                                                   dtype=torch.float64)
+    far = torch.tensor([12345])
+    torch.testing.assert_close(M.apply_rope(q, far).norm(dim=-1), q.norm(dim=-1), rtol=1e-6, atol=0)
+
+    def score(m: int, n: int) -> torch.Tensor:
+        return (M.apply_rope(q, torch.tensor([m])) * M.apply_rope(k, torch.tensor([n]))).sum(-1)
+
+    for m, n in ((5, 2), (0, 9), (100, 100)):
+        for shift in (1, 7, 1000):
+            torch.testing.assert_close(score(m + shift, n + shift), score(m, n), rtol=1e-4, atol=1e-5)
+    assert (score(5, 2) - score(5, 3)).abs().min() > 1e-3  # a different distance gives a different score
+
+
+def reference_forward(model: GPT, idx: np.ndarray) -> np.ndarray:
+    """The whole model in NumPy float64 from its state dict: rope as complex multiplication of the pairs
+    (x_i, x_{i+d/2}), alibi as an explicit bias matrix with the paper's slopes."""
+    c = model.config
+    W = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
+    B, T = idx.shape
+    H, D = c.n_head, c.n_embd // c.n_head
+    pos = np.arange(T)
+
+    def layer_norm(x, prefix):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-5) * W[prefix + ".weight"] + W[prefix + ".bias"]
+
+    def linear(x, prefix):
+        return x @ W[prefix + ".weight"].T + W[prefix + ".bias"]
+
+    def rope(x):  # x (B, H, T, D)
+        theta = c.rope_base ** (-2.0 * np.arange(D // 2) / D)
+        z = (x[..., :D // 2] + 1j * x[..., D // 2:]) * np.exp(1j * pos[:, None] * theta)
+        return np.concatenate([z.real, z.imag], axis=-1)
+
+    distance = pos[:, None] - pos[None, :]  # query - key
+    bias = np.where(distance >= 0, 0.0, -np.inf)[None]
+    if c.pos_encoding == "alibi":
+        bias = bias - np.array(paper_alibi_slopes(H))[:, None, None] * distance
+    x = W["input_layer.wte"][idx]
+    for layer in range(c.n_layer):
+        p = f"blocks.{layer}."
+        q, k, v = np.split(linear(layer_norm(x, p + "ln_1"), p + "attn.c_attn"), 3, axis=-1)
+        q, k, v = (t.reshape(B, T, H, D).transpose(0, 2, 1, 3) for t in (q, k, v))
+        if c.pos_encoding == "rope":
+            q, k = rope(q), rope(k)
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + bias
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        x = x + linear((weights @ v).transpose(0, 2, 1, 3).reshape(B, T, H * D), p + "attn.c_proj")
+        h = linear(layer_norm(x, p + "ln_2"), p + "mlp.c_fc")
+        h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+        x = x + linear(h, p + "mlp.c_proj")
+    return layer_norm(x, "ln_f") @ W["input_layer.wte"].T
+
+
+@pytest.mark.parametrize("pos_encoding", ["rope", "alibi"])
+@torch.no_grad()
+def test_whole_model_matches_numpy_float64_reference(pos_encoding):
+    model = tiny_model(pos_encoding, n_head=3, n_embd=48, rope_base=100.0)  # 3 heads: not a power of 2
+    idx = random_ids(2, BLOCK, seed=15)
+    expected = reference_forward(model, idx.numpy())
+    # measured: float32 3e-6 (logits up to 4.5); float64 4e-7 for rope (angles stay float32), 5e-15 for alibi
+    np.testing.assert_allclose(model(idx)[0].double().numpy(), expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(copy.deepcopy(model).double()(idx)[0].numpy(), expected, rtol=0, atol=1e-6)
+    # the reference sees the positions: with none of them it is far off
+    none = copy.deepcopy(model)
+    none.config = replace(model.config, pos_encoding="none")
+    assert np.abs(reference_forward(none, idx.numpy()) - expected).max() > 1e-2
+
+
+def test_rope_and_alibi_have_no_position_parameters():
+    counts = {}
+    for pos_encoding in POS_ENCODINGS:
+        with torch.device("meta"):
+            counts[pos_encoding] = GPT(GPTConfig(vocab_size=50257, pos_encoding=pos_encoding)).get_num_params()
+    assert counts["learned"] == 124_439_808
+    for pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
+        assert counts[pos_encoding] == counts["learned"] - 1024 * 768
+
+
+def test_position_settings_are_used():
+    torch.manual_seed(0)
+    wpe = GPT(GPTConfig(vocab_size=64, block_size=1024, n_layer=1, n_head=2, n_embd=128,
+                        learned_init_std=0.02)).input_layer.wpe
+    assert wpe.std().item() == pytest.approx(0.02, rel=0.05)
+    layer = InputLayer(tiny_config("sinusoidal", sinusoidal_amplitude=0.5))
+    positions = np.arange(5)
+    np.testing.assert_allclose(layer.position_encoding(torch.from_numpy(positions)).double().numpy(),
+                               0.5 * ref.sinusoidal_table(positions, 32), rtol=0, atol=1e-6)

@@ -488,6 +488,13 @@ def test_pretrained_init_on_char_data_is_refused_before_any_download(tmp_path, c
         run(tmp_path / "out", char_data, init_from="gpt2")
 
 
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi", "none"])
+def test_pretrained_init_needs_the_learned_table(tmp_path, char_data, monkeypatch, pos_encoding):
+    monkeypatch.setattr(GPT, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("tried to load GPT-2")))
+    with pytest.raises(ValueError, match=f"init_from='gpt2' .*pos_encoding='{pos_encoding}'; set pos_encoding="):
+        run(tmp_path / "out", char_data, init_from="gpt2", pos_encoding=pos_encoding)
+
+
 def test_resume_without_a_checkpoint(tmp_path, char_data):
     with pytest.raises(FileNotFoundError, match="ckpt.pt"):
         run(tmp_path / "out", char_data, init_from="resume")
