@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 POS_ENCODINGS = ("learned", "sinusoidal", "none")
+GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # the OpenAI checkpoints from_pretrained knows
 # Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
 # embeddings have std 0.02 and no scaling, so the table is scaled to amplitude 0.02 instead: the same ratio of
 # position to token signal. Unscaled, the table drowns the tokens 50:1 at initialisation (see README).
@@ -415,9 +416,8 @@ def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 def download_hf_gpt2(name: str) -> Path:
     """Fetch config.json and the weights of a GPT-2 from the Hugging Face hub (or its local cache)."""
-    names = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
-    if name.removeprefix("openai-community/") not in names:
-        raise ValueError(f"{name!r} is neither a local directory nor one of {names}")
+    if name.removeprefix("openai-community/") not in GPT2_NAMES:
+        raise ValueError(f"{name!r} is neither a local directory nor one of {GPT2_NAMES}")
     try:
         from huggingface_hub import snapshot_download
     except ImportError as e:
