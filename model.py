@@ -105,17 +105,19 @@ def check_positions(config: GPTConfig, seq_len: int, past_length: int) -> None:
         )
 
 
-def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
-    # Skipped while compiling: the check needs a device sync, and compiled training reads pre-checked data.
-    # An empty idx has no ids to check; the input layer reports it.
+def check_token_ids(idx: torch.Tensor, vocab_size: int, what: str = "token id", ignore: int | None = None) -> None:
+    # Skipped while compiling: the check needs a device sync, and compiled training reads data checked on the
+    # CPU as it is batched (dataset.get_batch). An empty idx has no ids to check; the input layer reports it.
     if torch.compiler.is_compiling() or idx.numel() == 0:
         return
-    if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise ValueError(f"token ids must be an integer tensor, got dtype {idx.dtype}")
+    if idx.dtype not in (torch.int64, torch.int32):  # what the embedding (and cross_entropy) can index with
+        raise ValueError(f"{what}s must be an int64 or int32 tensor, got dtype {idx.dtype}")
+    if ignore is not None:
+        idx = torch.where(idx == ignore, 0, idx)
     low, high = int(idx.min()), int(idx.max())
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
-        raise ValueError(f"token id {bad} is outside [0, vocab_size={vocab_size})")
+        raise ValueError(f"{what} {bad} is outside [0, vocab_size={vocab_size})")
 
 
 class KVCache:
@@ -256,6 +258,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:
+            check_token_ids(targets, self.config.vocab_size, "target", ignore=-1)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
@@ -434,8 +437,8 @@ def download_hf_gpt2(name: str) -> Path:
 def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                       top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy."""
-    if temperature < 0:
-        raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy)")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature={temperature} must be a finite number >= 0 (0 means greedy)")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = filter_logits(logits.float() / temperature, top_k, top_p)
