@@ -9,6 +9,7 @@ weights) is a UserError naming the file, found before the model is allocated.
 import dataclasses
 import os
 import pickle
+import zipfile
 from pathlib import Path
 
 import torch
@@ -34,13 +35,19 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise UserError(f"no checkpoint at {path}" + (" (it is a folder)" if path.is_dir() else ""))
     if path.stat().st_size == 0:
         raise UserError(f"{path} is empty, not a checkpoint (a copy or a disk that failed?)")
+    try:  # torch does not check the CRCs of its zip archive: a flipped byte in the weights would load silently
+        damaged = zipfile.ZipFile(path).testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise UserError(f"{path} is truncated, damaged or not a checkpoint ({type(e).__name__})") from None
+    if damaged is not None:
+        raise UserError(f"{path} is damaged: its part {damaged!r} fails its checksum")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if "Weights only load failed" in str(e):  # torch's refusal: the file asks to build other objects
             raise UserError(f"{path} holds pickled objects other than tensors and plain values (possibly code); "
                             "refusing to load it") from None
-        raise UserError(f"{path} is damaged or not a checkpoint (UnpicklingError)") from None
+        raise UserError(f"{path} is truncated, damaged or not a checkpoint (UnpicklingError)") from None
     except Exception as e:  # torch.load on arbitrary bytes fails in many ways (zip, pickle, EOF, decoding)
         raise UserError(f"{path} is truncated, damaged or not a checkpoint ({type(e).__name__})") from None
     missing = [key for key in ("model_args", "model", "tokenizer") if not isinstance(state, dict) or key not in state]

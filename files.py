@@ -55,12 +55,15 @@ def atomic_files(*paths: str | os.PathLike) -> Iterator[list[Path]]:
             _fsync(temp)
         for temp, path in zip(temps, paths, strict=True):
             os.replace(temp, path)
-        for directory in {path.parent for path in paths}:
-            with contextlib.suppress(OSError):  # some file systems cannot sync a directory; the rename stands
-                _fsync(directory)
+    except OSError as e:  # a full disk, a file size limit, a folder that cannot be written
+        names = ", ".join(str(path) for path in paths)
+        raise UserError(f"could not write {names}: {e.strerror or e}; the previous content is kept") from None
     finally:
         for temp in temps:
             temp.unlink(missing_ok=True)
+    for directory in {path.parent for path in paths}:
+        with contextlib.suppress(OSError):  # some file systems cannot sync a folder; the renames stand
+            _fsync(directory)
 
 
 def remove_stale_temps(folder: Path, names: tuple[str, ...]) -> list[Path]:
