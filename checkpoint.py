@@ -93,6 +93,11 @@ def model_from_checkpoint(state: dict, source: str | os.PathLike = "the checkpoi
         name = wrong[0]
         raise UserError(f"{source}: the model settings do not fit the weights: {name} should be {expected[name]} "
                         f"by the settings but is {found[name]} in the file ({len(wrong)} tensor(s) differ)")
+    if not all(torch.isfinite(t).all() for t in weights.values() if t.is_floating_point()):
+        raise UserError(f"{source}: the weights hold NaN or inf")
+    if state["tokenizer"]["vocab_size"] > config.vocab_size:
+        raise UserError(f"{source}: its tokenizer has {state['tokenizer']['vocab_size']} tokens, more than the "
+                        f"model's vocab_size={config.vocab_size}")
     model = GPT(config)
     model.load_state_dict(weights)
     return model

@@ -373,8 +373,14 @@ def start_wandb(run: Run):
     import wandb
 
     run.out_dir.mkdir(parents=True, exist_ok=True)
-    return wandb.init(project=run.config.wandb_project, name=run.config.wandb_run_name, mode=run.config.wandb_mode,
-                      dir=str(run.out_dir), config={**asdict(run.config), **asdict(run.model_config)})
+    try:
+        return wandb.init(project=run.config.wandb_project, name=run.config.wandb_run_name,
+                          mode=run.config.wandb_mode, dir=str(run.out_dir),
+                          config={**asdict(run.config), **asdict(run.model_config)})
+    except Exception as e:  # wandb reports a missing login or network in many types of its own
+        message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UserError(f"wandb could not start ({type(e).__name__}: {message}); run `wandb login`, or use "
+                        "--wandb_mode=offline (no login needed) or --wandb_log=False") from None
 
 
 def checkpoint_dict(run: Run, for_resume: bool) -> dict:

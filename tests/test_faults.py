@@ -300,12 +300,19 @@ def damage(path: Path, how: str) -> str:
     elif how == "bad_setting":
         state["model_args"]["n_head"] = 3
         message = "n_embd=16 is not divisible by n_head=3"
+    elif how == "nan_weights":
+        state["model"]["ln_f.weight"][3] = float("nan")
+        message = "the weights hold NaN or inf"
+    elif how == "tokenizer_too_big":
+        chars = state["tokenizer"]["chars"] + "\u00e9\u00e8"
+        state["tokenizer"] = {**state["tokenizer"], "chars": chars, "vocab_size": len(chars)}
+        message = f"its tokenizer has {len(chars)} tokens, more than the model's vocab_size={len(chars) - 2}"
     save_checkpoint(state, path)
     return message
 
 
 HOW = ["empty", "truncated", "flipped", "text", "code", "no_tokenizer", "not_a_dict", "huge_vocab", "missing_weight",
-       "unknown_setting", "bad_setting"]
+       "unknown_setting", "bad_setting", "nan_weights", "tokenizer_too_big"]
 
 
 @pytest.mark.parametrize("how", HOW)
