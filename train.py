@@ -282,8 +282,11 @@ class MetricsLog:
 
     def write(self, record: dict) -> None:
         if self.path is not None:
-            with self.path.open(self.mode) as file:
-                file.write(json.dumps(record) + "\n")
+            try:
+                with self.path.open(self.mode) as file:
+                    file.write(json.dumps(record) + "\n")
+            except OSError as e:  # a full disk: stop with the checkpoints as they are
+                raise UserError(f"could not write {self.path}: {e.strerror or e}") from None
             self.mode = "a"
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in record.items() if k != "iter"}, step=record["iter"])
