@@ -28,10 +28,11 @@ from tqdm.auto import tqdm
 
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
+from devices import autocast_context, choose_device, choose_dtype
 from model import GPT, POS_ENCODINGS, GPTConfig
-from options import main_guard, parse_options
+from options import UserError, main_guard, parse_options
 from tokenizer import read_description
-from train import TrainConfig, autocast_context, build_model, choose_device, choose_dtype, train
+from train import TrainConfig, build_model, train
 
 # Set per run by the study, not by the user (init_from and eval_only would make runs that are not comparable).
 SKIP = ("vocab_size", "pos_encoding", "seed", "out_dir", "init_from", "eval_only")
@@ -139,7 +140,7 @@ def train_run(run: dict, bar: tqdm, start: int) -> dict | None:
         record = json.loads(done_file.read_text())
         changed = changed_settings(record["settings"], settings(run))
         if changed:
-            raise ValueError(f"{run['dir']} was trained with other settings ({', '.join(changed)}); delete it or "
+            raise UserError(f"{run['dir']} was trained with other settings ({', '.join(changed)}); delete it or "
                              "choose another --study_dir")
         return record
     shutil.rmtree(run["dir"], ignore_errors=True)  # an unfinished run starts again from scratch

@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
+from devices import autocast_context, choose_device, choose_dtype
 from model import GPT, GPTConfig
 from options import main_guard, parse_options
 from tokenizer import read_description
-from train import TrainConfig, autocast_context, choose_device, choose_dtype, model_vocab_size, train
+from train import TrainConfig, model_vocab_size, train
 
 
 @dataclass
@@ -95,7 +96,7 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
     tokens_per_step = config.batch_size * config.gradient_accumulation_steps * model_config.block_size
     peak = matmul_peak(device, dtype)
     run_config = replace(config, max_iters=bench.warmup_steps + bench.bench_steps, eval_interval=10**9,
-                         eval_iters=1, out_dir=f"{config.out_dir}-bench", progress=True)
+                         eval_iters=1, out_dir=f"{config.out_dir}-bench", progress=True, overwrite=True)
     bare_rates, train_rates = [], []
     for _ in range(bench.rounds):
         bare = bare_loop_seconds(config, model_config, device, bench.bench_steps, bench.warmup_steps)

@@ -2,41 +2,111 @@
 
 A checkpoint holds `model_args` (GPTConfig fields), `model` (state dict), `tokenizer` (the data's description,
 so sampling needs no extra flag) and, for resuming, `optimizer`, `config`, `iter_num`, `best_val_loss` and `rng`.
+A file that is not such a checkpoint (damaged, truncated, holding code, or settings that do not fit its
+weights) is a UserError naming the file, found before the model is allocated.
 """
 
+import dataclasses
 import os
-import tempfile
+import pickle
+import zipfile
 from pathlib import Path
 
 import torch
 
+from files import atomic_files
 from model import GPT, GPTConfig
+from options import UserError
+from tokenizer import check_description
+
+RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")
 
 
 def save_checkpoint(state: dict, path: str | os.PathLike) -> None:
     """Write to a temporary file beside path, then rename: a crash mid-write leaves the old file intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            torch.save(state, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    with atomic_files(path) as (temp,), temp.open("wb") as file:
+        torch.save(state, file)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """The checkpoint at path, checked to hold model_args, model and tokenizer; never runs pickled code."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location=map_location, weights_only=True)
+        raise UserError(f"no checkpoint at {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    if path.stat().st_size == 0:
+        raise UserError(f"{path} is empty, not a checkpoint (a copy or a disk that failed?)")
+    try:  # torch does not check the CRCs of its zip archive: a flipped byte in the weights would load silently
+        damaged = zipfile.ZipFile(path).testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise UserError(f"{path} is truncated, damaged or not a checkpoint ({type(e).__name__})") from None
+    if damaged is not None:
+        raise UserError(f"{path} is damaged: its part {damaged!r} fails its checksum")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Weights only load failed" in str(e):  # torch's refusal: the file asks to build other objects
+            raise UserError(f"{path} holds pickled objects other than tensors and plain values (possibly code); "
+                            "refusing to load it") from None
+        raise UserError(f"{path} is truncated, damaged or not a checkpoint (UnpicklingError)") from None
+    except Exception as e:  # torch.load on arbitrary bytes fails in many ways (zip, pickle, EOF, decoding)
+        raise UserError(f"{path} is truncated, damaged or not a checkpoint ({type(e).__name__})") from None
+    missing = [key for key in ("model_args", "model", "tokenizer") if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise UserError(f"{path} is not a checkpoint of this repo: it lacks {', '.join(map(repr, missing))}")
+    check_description(state["tokenizer"], f"{path} (its tokenizer)")
+    return state
 
 
-def model_from_checkpoint(state: dict) -> GPT:
-    model = GPT(GPTConfig(**state["model_args"]))
-    model.load_state_dict(state["model"])
+def config_from_args(model_args: object, source: str | os.PathLike) -> GPTConfig:
+    """GPTConfig from a checkpoint's model_args: every field known and of its type, the values valid."""
+    if not isinstance(model_args, dict):
+        raise UserError(f"{source}: model_args is not a dict of settings")
+    fields = {field.name: field for field in dataclasses.fields(GPTConfig)}
+    for name, value in model_args.items():
+        if name not in fields:
+            raise UserError(f"{source}: unknown model setting {name!r} (a checkpoint of another version or repo?)")
+        expected = type(fields[name].default)
+        if not (type(value) is expected or (expected is float and type(value) is int)):
+            raise UserError(f"{source}: model setting {name}={value!r} should be a {expected.__name__}")
+    try:
+        return GPTConfig(**model_args)
+    except ValueError as e:
+        raise UserError(f"{source}: {e}") from None
+
+
+def model_from_checkpoint(state: dict, source: str | os.PathLike = "the checkpoint", **overrides) -> GPT:
+    """The model a checkpoint describes, with its weights; overrides replace settings that leave the shapes
+    as they are (dropout). The shapes are compared before any memory is allocated for the model."""
+    config = dataclasses.replace(config_from_args(state["model_args"], source), **overrides)
+    weights = state["model"]
+    if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
+        raise UserError(f"{source}: 'model' is not a dict of tensors")
+    with torch.device("meta"):  # shapes only: a file declaring a huge model costs nothing here
+        expected = {name: tuple(t.shape) for name, t in GPT(config).state_dict().items()}
+    found = {name: tuple(t.shape) for name, t in weights.items()}
+    missing, unexpected = sorted(expected.keys() - found.keys()), sorted(found.keys() - expected.keys())
+    if missing or unexpected:
+        raise UserError(f"{source}: the weights do not fit the model settings: missing {missing[:3]}, "
+                        f"unexpected {unexpected[:3]}")
+    wrong = [name for name in expected if expected[name] != found[name]]
+    if wrong:
+        name = wrong[0]
+        raise UserError(f"{source}: the model settings do not fit the weights: {name} should be {expected[name]} "
+                        f"by the settings but is {found[name]} in the file ({len(wrong)} tensor(s) differ)")
+    if not all(torch.isfinite(t).all() for t in weights.values() if t.is_floating_point()):
+        raise UserError(f"{source}: the weights hold NaN or inf")
+    if state["tokenizer"]["vocab_size"] > config.vocab_size:
+        raise UserError(f"{source}: its tokenizer has {state['tokenizer']['vocab_size']} tokens, more than the "
+                        f"model's vocab_size={config.vocab_size}")
+    model = GPT(config)
+    model.load_state_dict(weights)
     return model
+
+
+def load_pretrained(name_or_dir: str, dropout: float = 0.0) -> GPT:
+    """GPT.from_pretrained, with what can go wrong in a download or a local folder as a UserError."""
+    try:
+        return GPT.from_pretrained(name_or_dir, dropout=dropout)
+    except (OSError, ValueError, KeyError, ImportError, RuntimeError) as e:  # missing, damaged or offline
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"could not load GPT-2 weights from {name_or_dir!r}: {message}") from None

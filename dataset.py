@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from files import atomic_files, remove_stale_temps
+from options import OfflineError, UserError
 from tokenizer import TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
 
 REPO_ROOT = Path(__file__).resolve().parent
@@ -27,17 +29,22 @@ class PrepareConfig:
             raise ValueError(f"dtype={self.dtype!r} must be auto, uint16 or uint32")
 
 
-def read_text(path: str | os.PathLike) -> str:
+def read_text(path: str | os.PathLike, what: str = "input file") -> str:
+    """The UTF-8 text of a file the user named; anything else (missing, a folder, binary, empty) a UserError."""
     file = Path(path)
+    if file.is_dir():
+        raise UserError(f"{what} {str(path)!r} is a folder, not a text file")
     if not file.is_file():
-        raise FileNotFoundError(f"input file {str(path)!r} does not exist")
+        raise UserError(f"{what} {str(path)!r} does not exist")
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"input file {str(path)!r} is not UTF-8 text: byte {e.object[e.start]:#x} at offset "
-                         f"{e.start} cannot be decoded") from None
+        raise UserError(f"{what} {str(path)!r} is not UTF-8 text: byte {e.object[e.start]:#x} at offset "
+                        f"{e.start} cannot be decoded") from None
+    except OSError as e:
+        raise UserError(f"{what} {str(path)!r} cannot be read: {e.strerror}") from None
     if not text:
-        raise ValueError(f"input file {str(path)!r} is empty")
+        raise UserError(f"{what} {str(path)!r} is empty")
     return text
 
 
@@ -48,20 +55,21 @@ def download_text(url: str, destination: Path, timeout: float = 10.0) -> str:
             with urllib.request.urlopen(url, timeout=timeout) as response:
                 data = response.read()
         except OSError as e:
-            raise ConnectionError(f"could not download {url} ({e}); offline, pass a local text file with "
+            raise OfflineError(f"could not download {url} ({e}); offline, pass a local text file with "
                                "--input=PATH") from None
-        destination.write_bytes(data)
+        with atomic_files(destination) as (temp,):
+            temp.write_bytes(data)
     return read_text(destination)
 
 
 def token_dtype(vocab_size: int, requested: str = "auto") -> np.dtype:
     needed = np.uint16 if vocab_size <= 2**16 else np.uint32
     if vocab_size > 2**32:
-        raise ValueError(f"vocab_size={vocab_size} does not fit in uint32")
+        raise UserError(f"vocab_size={vocab_size} does not fit in uint32")
     if requested == "auto":
         return np.dtype(needed)
     if np.iinfo(requested).max < vocab_size - 1:
-        raise ValueError(f"vocab_size={vocab_size} does not fit dtype {requested} (largest id "
+        raise UserError(f"vocab_size={vocab_size} does not fit dtype {requested} (largest id "
                          f"{np.iinfo(requested).max}); use --dtype=uint32 or auto")
     return np.dtype(requested)
 
@@ -77,19 +85,23 @@ def prepare(text: str, out_dir: str | os.PathLike, tokenizer_kind: str, config: 
         tokenizer = GPT2Tokenizer()
         ids = tokenizer.encode_documents(text)
     else:
-        raise ValueError(f"tokenizer {tokenizer_kind!r} must be 'char' or 'gpt2'")
+        raise UserError(f"tokenizer {tokenizer_kind!r} must be 'char' or 'gpt2'")
     dtype = token_dtype(tokenizer.vocab_size, config.dtype)
     n_val = int(len(ids) * config.val_fraction)
     if n_val < 2 or len(ids) - n_val < 2:
-        raise ValueError(f"the corpus is too short: {len(ids)} tokens give {len(ids) - n_val} train and {n_val} "
+        raise UserError(f"the corpus is too short: {len(ids)} tokens give {len(ids) - n_val} train and {n_val} "
                          f"val tokens (val_fraction={config.val_fraction}); each split needs at least 2")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ids[:-n_val].astype(dtype).tofile(out / "train.bin")
-    ids[-n_val:].astype(dtype).tofile(out / "val.bin")
     description = {**tokenizer.description(), "dtype": dtype.name, "train_tokens": len(ids) - n_val,
                    "val_tokens": n_val, "source": source}
-    (out / TOKENIZER_FILE).write_text(json.dumps(description, indent=1), encoding="utf-8")
+    out = Path(out_dir)
+    names = ("train.bin", "val.bin", TOKENIZER_FILE)  # tokenizer.json last: it says what the .bin files hold
+    if out.is_dir():
+        remove_stale_temps(out, names)  # what a killed prepare left
+    # All three are written in full before any replaces the old dataset: a failure leaves that one whole.
+    with atomic_files(*(out / name for name in names)) as (train_temp, val_temp, description_temp):
+        ids[:-n_val].astype(dtype).tofile(train_temp)
+        ids[-n_val:].astype(dtype).tofile(val_temp)
+        description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")
     return description
 
 
@@ -113,28 +125,50 @@ def resolve_data_dir(dataset: str) -> Path:
     if not path.is_dir():
         path = REPO_ROOT / "data" / dataset
     if not (path / TOKENIZER_FILE).is_file():
-        raise FileNotFoundError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing; run "
-                                f"python data/{path.name}/prepare.py (or give --dataset=PATH to a prepared folder)")
+        raise UserError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing; run "
+                        f"python data/{path.name}/prepare.py (or give --dataset=PATH to a prepared folder)")
     return path
 
 
 def load_split(data_dir: Path, split: str, block_size: int) -> np.ndarray:
-    """The token stream of one split as a read-only memmap; it must hold at least one block plus its target."""
-    data = np.memmap(data_dir / f"{split}.bin", dtype=np.dtype(read_description(data_dir)["dtype"]), mode="r")
-    if len(data) < block_size + 1:
-        raise ValueError(f"{data_dir / (split + '.bin')} holds {len(data)} tokens, too few for one block: "
-                         f"block_size={block_size} needs at least {block_size + 1}; use a smaller block_size "
-                         "or a longer corpus")
-    return data
+    """The token stream of one split as a read-only memmap; it must hold at least one block plus its target,
+    and as many tokens as tokenizer.json says (a .bin file from another prepare, or cut short, does not)."""
+    description = read_description(data_dir)
+    path = data_dir / f"{split}.bin"
+    rerun = f"rerun python data/{data_dir.name}/prepare.py"
+    if not path.is_file():
+        raise UserError(f"{path} is missing; {rerun}")
+    dtype = np.dtype(description["dtype"])
+    size = path.stat().st_size
+    expected = description.get(f"{split}_tokens")
+    if size % dtype.itemsize or (expected is not None and size != expected * dtype.itemsize):
+        raise UserError(f"{path} holds {size} bytes, but {TOKENIZER_FILE} says {expected} {dtype.name} tokens "
+                        f"({'?' if expected is None else expected * dtype.itemsize} bytes): the dataset is damaged "
+                        f"or half-prepared; {rerun}")
+    if size // dtype.itemsize < block_size + 1:
+        raise UserError(f"{path} holds {size // dtype.itemsize} tokens, too few for one block: "
+                        f"block_size={block_size} needs at least {block_size + 1}; use a smaller block_size "
+                        "or a longer corpus")
+    return np.memmap(path, dtype=dtype, mode="r")
 
 
 def sample_offsets(data_length: int, block_size: int, count: int, generator: torch.Generator) -> torch.Tensor:
     return torch.randint(data_length - block_size, (count,), generator=generator)
 
 
-def get_batch(data: np.ndarray, offsets: torch.Tensor, block_size: int, device: torch.device) -> tuple:
-    """Inputs and next-token targets (len(offsets), block_size), moved to device."""
-    windows = torch.from_numpy(np.stack([data[i:i + block_size + 1] for i in offsets.tolist()]).astype(np.int64))
+def get_batch(data: np.ndarray, offsets: torch.Tensor, block_size: int, device: torch.device,
+              vocab_size: int | None = None) -> tuple:
+    """Inputs and next-token targets (len(offsets), block_size), moved to device.
+
+    With vocab_size, every id is checked to lie below it, here on the CPU: the compiled model skips its own
+    check, and a damaged .bin file must not index past the embedding (on a GPU, a device-side assert).
+    """
+    windows = np.stack([data[i:i + block_size + 1] for i in offsets.tolist()])
+    if vocab_size is not None and windows.size and int(windows.max()) >= vocab_size:
+        where = getattr(data, "filename", None) or "the data"
+        raise UserError(f"token id {int(windows.max())} in {where} is outside the vocabulary (vocab_size="
+                        f"{vocab_size}): the file is damaged or from another tokenizer; rerun its prepare.py")
+    windows = torch.from_numpy(windows.astype(np.int64))
     x, y = windows[:, :-1], windows[:, 1:]
     if device.type == "cuda":  # pinned memory lets the copy overlap with the GPU's work
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)

@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "alibi", "none")
+GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # the OpenAI checkpoints from_pretrained knows
 
 
 @dataclass
@@ -117,17 +118,19 @@ def check_positions(config: GPTConfig, seq_len: int, past_length: int) -> None:
         )
 
 
-def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
-    # Skipped while compiling: the check needs a device sync, and compiled training reads pre-checked data.
-    # An empty idx has no ids to check; the input layer reports it.
+def check_token_ids(idx: torch.Tensor, vocab_size: int, what: str = "token id", ignore: int | None = None) -> None:
+    # Skipped while compiling: the check needs a device sync, and compiled training reads data checked on the
+    # CPU as it is batched (dataset.get_batch). An empty idx has no ids to check; the input layer reports it.
     if torch.compiler.is_compiling() or idx.numel() == 0:
         return
-    if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise ValueError(f"token ids must be an integer tensor, got dtype {idx.dtype}")
+    if idx.dtype not in (torch.int64, torch.int32):  # what the embedding (and cross_entropy) can index with
+        raise ValueError(f"{what}s must be an int64 or int32 tensor, got dtype {idx.dtype}")
+    if ignore is not None:
+        idx = torch.where(idx == ignore, 0, idx)
     low, high = int(idx.min()), int(idx.max())
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
-        raise ValueError(f"token id {bad} is outside [0, vocab_size={vocab_size})")
+        raise ValueError(f"{what} {bad} is outside [0, vocab_size={vocab_size})")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -330,6 +333,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:
+            check_token_ids(targets, self.config.vocab_size, "target", ignore=-1)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
@@ -490,9 +494,8 @@ def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 def download_hf_gpt2(name: str) -> Path:
     """Fetch config.json and the weights of a GPT-2 from the Hugging Face hub (or its local cache)."""
-    names = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
-    if name.removeprefix("openai-community/") not in names:
-        raise ValueError(f"{name!r} is neither a local directory nor one of {names}")
+    if name.removeprefix("openai-community/") not in GPT2_NAMES:
+        raise ValueError(f"{name!r} is neither a local directory nor one of {GPT2_NAMES}")
     try:
         from huggingface_hub import snapshot_download
     except ImportError as e:
@@ -509,8 +512,8 @@ def download_hf_gpt2(name: str) -> Path:
 def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                       top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy."""
-    if temperature < 0:
-        raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy)")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature={temperature} must be a finite number >= 0 (0 means greedy)")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = filter_logits(logits.float() / temperature, top_k, top_p)

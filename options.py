@@ -17,7 +17,16 @@ import typing
 from pathlib import Path
 
 
-class OptionError(ValueError):
+class UserError(ValueError):
+    """A mistake the user can fix (an option, a file, the data); the message names it and the fix.
+    main_guard prints these as one line; any other exception is a bug and keeps its traceback."""
+
+
+class OfflineError(UserError, ConnectionError):
+    """A download that failed (no network, a closed proxy); the message names the local alternative."""
+
+
+class OptionError(UserError):
     """A bad option, config file or value; the message says which and what would be valid."""
 
 
@@ -111,6 +120,29 @@ _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
               ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
+MAX_INT_BITS = 4096  # a config value is a size, a rate or a name: no integer needs more bits
+MAX_LENGTH = 100_000  # the longest list or string a config expression may build
+
+
+def _check_cost(op: ast.operator, left: object, right: object) -> None:
+    """Refuse, before computing it, a result too large to be a setting (10**10**10 would never finish)."""
+    if isinstance(op, ast.Pow) and type(left) is int and type(right) is int and abs(left) > 1 \
+            and right * left.bit_length() > MAX_INT_BITS:
+        raise ValueError(f"{left} ** {right} is too large for a setting")
+    if isinstance(op, ast.Mult):
+        for sequence, count in ((left, right), (right, left)):
+            if isinstance(sequence, (list, str)) and type(count) is int and len(sequence) * count > MAX_LENGTH:
+                raise ValueError(f"a sequence of {len(sequence)} x {count} items is too long for a setting")
+
+
+def _check_size(value: object) -> object:
+    if type(value) is int and value.bit_length() > MAX_INT_BITS:
+        raise ValueError(f"a {value.bit_length()}-bit integer is too large for a setting")
+    if isinstance(value, (list, str)) and len(value) > MAX_LENGTH:
+        raise ValueError(f"{len(value)} items are too many for a setting")
+    return value
+
+
 def _evaluate(node: ast.AST, names: dict[str, object]) -> object:
     if isinstance(node, ast.Constant):
         return node.value
@@ -119,10 +151,12 @@ def _evaluate(node: ast.AST, names: dict[str, object]) -> object:
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_evaluate(item, names) for item in node.elts]
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.left, names), _evaluate(node.right, names))
+        left, right = _evaluate(node.left, names), _evaluate(node.right, names)
+        _check_cost(node.op, left, right)
+        return _check_size(_OPERATORS[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
         return _OPERATORS[type(node.op)](_evaluate(node.operand, names))
-    raise ValueError(ast.unparse(node))
+    raise SyntaxError(f"{ast.unparse(node)}: only literals, arithmetic and names assigned above are allowed")
 
 
 def read_config_file(path: str) -> dict[str, object]:
@@ -143,21 +177,15 @@ def read_config_file(path: str) -> dict[str, object]:
             raise OptionError(f"{path}:{statement.lineno}: a config file holds only `name = value` lines")
         try:
             values[target.id] = _evaluate(statement.value, values)
-        except (ValueError, TypeError, ArithmeticError) as e:
-            raise OptionError(f"{path}:{statement.lineno}: {target.id} = {e}: only literals, arithmetic and "
-                              "names assigned above are allowed") from None
+        except OverflowError:
+            raise OptionError(f"{path}:{statement.lineno}: {target.id}: the value overflows") from None
+        except (SyntaxError, ValueError, TypeError, ArithmeticError) as e:
+            raise OptionError(f"{path}:{statement.lineno}: {target.id}: {e}") from None
     return values
 
 
-def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, description: str,
-                  skip: tuple[str, ...] = ()) -> tuple:
-    """Instances of each dataclass in sections, from config files then --key=value flags, in argv order.
-
-    skip names fields that the command line may not set (they are derived elsewhere).
-    """
-    if any(arg in ("-h", "--help") for arg in argv):
-        print(format_help(prog, description, sections, skip))
-        sys.exit(0)
+def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, ...] = ()) -> dict[str, object]:
+    """The values that config files and --key=value flags in argv set (later ones win), by field name."""
     fields = _fields(sections, skip)
     hints = {name: typing.get_type_hints(section)[name] for name, (section, _) in fields.items()}
     chosen: dict[str, object] = {}
@@ -182,6 +210,19 @@ def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, descri
             else:
                 raise OptionError(f"--{name} needs a value: --{name}=VALUE")
         chosen[name] = _convert(name, value, hints[name])
+    return chosen
+
+
+def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, description: str,
+                  skip: tuple[str, ...] = ()) -> tuple:
+    """Instances of each dataclass in sections, from config files then --key=value flags, in argv order.
+
+    skip names fields that the command line may not set (they are derived elsewhere).
+    """
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(format_help(prog, description, sections, skip))
+        sys.exit(0)
+    chosen = chosen_values(argv, sections, skip)
     instances = []
     for section in sections:
         kwargs = {f.name: chosen[f.name] for f in dataclasses.fields(section) if f.name in chosen}
@@ -193,9 +234,13 @@ def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, descri
 
 
 def main_guard(main: typing.Callable[[list[str]], object], argv: list[str] | None = None) -> None:
-    """Run a script's main; a bad option or input ends it with the message alone and exit status 2."""
+    """Run a script's main; a UserError ends it with its message alone and exit status 2, a Ctrl-C that main
+    did not handle with 130. Anything else is a bug: its traceback is the report."""
     try:
         main(sys.argv[1:] if argv is None else argv)
-    except (ValueError, FileNotFoundError, ConnectionError, ImportError, ArithmeticError) as e:
+    except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -3,6 +3,7 @@
     python sample.py --init_from=/path/to/hf/gpt2 --start=FILE:prompt.txt --top_p=0.9
 """
 
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import torch
 
-from checkpoint import load_checkpoint, model_from_checkpoint
-from model import GPT
-from options import main_guard, parse_options
+from checkpoint import load_checkpoint, load_pretrained, model_from_checkpoint
+from dataset import read_text
+from devices import autocast_context, choose_device, choose_dtype
+from model import GPT, GPT2_NAMES
+from options import UserError, main_guard, parse_options
 from tokenizer import GPT2Tokenizer, Tokenizer, from_description
-from train import autocast_context, choose_device, choose_dtype
 
 
 @dataclass
@@ -38,22 +40,51 @@ class SampleConfig:
         if self.num_samples < 1 or self.max_new_tokens < 0:
             raise ValueError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
                              f"{self.max_new_tokens} >= 0")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature={self.temperature} must be a finite number >= 0 (0 means greedy)")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k={self.top_k} must be >= 1, or None for all tokens")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1], or None for all tokens")
+        if self.slide is not None and self.slide < 1:
+            raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
+        known = ("resume", *GPT2_NAMES)
+        if self.init_from.removeprefix("openai-community/") not in known and not Path(self.init_from).is_dir():
+            raise ValueError(f"init_from={self.init_from!r} must be one of {', '.join(known)}, or a local folder "
+                             "holding a Hugging Face GPT-2 (config.json and model.safetensors)")
+
+
+def read_checkpoint(path: Path) -> tuple[GPT, dict]:
+    state = load_checkpoint(path)
+    return model_from_checkpoint(state, path), state
 
 
 def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
-    """A model and the tokenizer its data was made with."""
+    """A model and the tokenizer its data was made with: the run's best.pt, or its ckpt.pt where best.pt is
+    missing or unreadable (then said on stderr)."""
     if init_from != "resume":
-        return GPT.from_pretrained(init_from), GPT2Tokenizer()
+        return load_pretrained(init_from), GPT2Tokenizer()
     run = Path(out_dir)
-    path = run / "best.pt" if (run / "best.pt").exists() else run / "ckpt.pt"
-    state = load_checkpoint(path)
-    return model_from_checkpoint(state), from_description(state["tokenizer"])
+    if run.exists() and not run.is_dir():
+        raise UserError(f"out_dir={out_dir!r} is a file, not a run folder")
+    best, latest = run / "best.pt", run / "ckpt.pt"
+    if not best.exists():
+        model, state = read_checkpoint(latest)
+    else:
+        try:
+            model, state = read_checkpoint(best)
+        except UserError as e:
+            if not latest.exists():
+                raise
+            print(f"warning: {e}; sampling from {latest} instead", file=sys.stderr)
+            model, state = read_checkpoint(latest)
+    return model, from_description(state["tokenizer"])
 
 
 def encode_prompt(tokenizer: Tokenizer, start: str, block_size: int) -> list[int]:
     """Prompt ids: text or FILE:path; empty starts from the tokenizer's start token; cropped to block_size."""
     if start.startswith("FILE:"):
-        start = Path(start.removeprefix("FILE:")).read_text(encoding="utf-8")
+        start = read_text(start.removeprefix("FILE:"), what="prompt file")
     ids = tokenizer.encode(start) if start else [tokenizer.start_token()]
     if len(ids) > block_size:
         print(f"warning: the prompt has {len(ids)} tokens; keeping its last block_size={block_size}",
@@ -69,6 +100,8 @@ def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None)
     idx = torch.tensor([prompt] * config.num_samples, dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(config.seed)
     dtype = choose_dtype(config.dtype, device)
+    if config.slide is not None and config.slide > model.config.block_size:
+        raise UserError(f"slide={config.slide} must be at most the model's block_size={model.config.block_size}")
     tokens = [list(row) for row in idx.tolist()]
     shown = len(tokenizer.decode(tokens[0]))
     if on_text is not None:
@@ -84,7 +117,10 @@ def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None)
                 if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
                     on_text(text[shown:])
                     shown = len(text)
-    return [tokenizer.decode(row) for row in tokens]
+    texts = [tokenizer.decode(row) for row in tokens]
+    if on_text is not None and len(texts[0]) > shown:  # a sample that ends inside a multi-byte character
+        on_text(texts[0][shown:])
+    return texts
 
 
 def main(argv: list[str]) -> None:

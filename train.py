@@ -2,6 +2,8 @@
     python train.py config/train_shakespeare_char.py --device=cpu --compile=False --max_iters=2000
 Several (DDP; each process reads different batches):
     torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py
+A run lives in out_dir; a new run there needs --overwrite=True, continuing it --init_from=resume.
+Ctrl-C or SIGTERM saves at the end of the step and exits with 130 or 143.
 """
 
 import contextlib
@@ -12,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -20,11 +22,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+from checkpoint import RESUME_KEYS, load_checkpoint, load_pretrained, model_from_checkpoint, save_checkpoint
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
-from model import GPT, GPTConfig
-from options import main_guard, parse_options
-from tokenizer import read_description
+from devices import DTYPES, autocast_context, choose_device, choose_dtype
+from files import lock_folder, remove_stale_temps
+from model import GPT, GPT2_NAMES, GPTConfig
+from options import UserError, chosen_values, main_guard, parse_options
+from tokenizer import read_description, tokenizer_difference
+
+RUN_FILES = ("ckpt.pt", "best.pt", "metrics.jsonl")  # what a run leaves in out_dir
 
 
 @dataclass
@@ -32,9 +38,11 @@ class TrainConfig:
     out_dir: str = "out"  # checkpoints (ckpt.pt: latest, for resume; best.pt: lowest val loss) and metrics.jsonl
     dataset: str = "python_docs_char"  # a prepared folder under data/ (run its prepare.py), or a path to one
     init_from: str = "scratch"  # scratch | resume (out_dir/ckpt.pt) | gpt2, gpt2-medium, ... | a local HF GPT-2 dir
+    overwrite: bool = False  # let a new run (init_from other than resume) replace the run already in out_dir
     eval_interval: int = 250  # iterations between train/val loss estimates and checkpoints
     eval_iters: int = 200  # batches per loss estimate (the same batches every time)
-    eval_only: bool = False  # estimate the losses once, then exit
+    eval_only: bool = False  # estimate the losses once and print them; writes nothing to out_dir
+    always_save_checkpoint: bool = True  # False (nanoGPT's flag): ckpt.pt only at evaluations that improved val loss
     log_interval: int = 10  # iterations between progress-bar, metrics.jsonl and wandb updates
     wandb_log: bool = False  # also log metrics to Weights & Biases
     wandb_project: str = "nanogpt"  # wandb project name
@@ -51,7 +59,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # clip the gradient norm to this; 0: no clipping
     decay_lr: bool = True  # linear warmup then cosine decay; False: constant learning_rate
     warmup_iters: int = 100  # steps of linear warmup
-    lr_decay_iters: int = 5000  # step where the cosine reaches min_lr (usually max_iters)
+    lr_decay_iters: int = 5000  # step where the cosine reaches min_lr (at or before warmup_iters: no cosine)
     min_lr: float = 6e-5  # final learning rate (usually learning_rate / 10)
     backend: str = "auto"  # DDP backend: auto (nccl on cuda, gloo otherwise) | nccl | gloo
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
@@ -64,18 +72,27 @@ class TrainConfig:
         for name in ("eval_interval", "eval_iters", "log_interval", "gradient_accumulation_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
-        if self.max_iters < 0 or self.warmup_iters < 0:
-            raise ValueError(f"max_iters={self.max_iters} and warmup_iters={self.warmup_iters} must be >= 0")
-        if self.decay_lr and self.lr_decay_iters <= self.warmup_iters:
-            raise ValueError(f"lr_decay_iters={self.lr_decay_iters} must exceed warmup_iters={self.warmup_iters}")
-        if self.learning_rate <= 0 or self.min_lr < 0:
+        if min(self.max_iters, self.warmup_iters, self.lr_decay_iters) < 0:
+            raise ValueError(f"max_iters={self.max_iters}, warmup_iters={self.warmup_iters} and lr_decay_iters="
+                             f"{self.lr_decay_iters} must be >= 0")
+        if not self.learning_rate > 0 or not self.min_lr >= 0 or not math.isfinite(self.learning_rate + self.min_lr):
             raise ValueError(f"learning_rate={self.learning_rate} must be > 0 and min_lr={self.min_lr} >= 0")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype={self.dtype!r} must be auto, float32, bfloat16 or float16")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         if self.wandb_mode not in ("online", "offline", "disabled"):
             raise ValueError(f"wandb_mode={self.wandb_mode!r} must be online, offline or disabled")
         if self.backend not in ("auto", "nccl", "gloo"):
             raise ValueError(f"backend={self.backend!r} must be auto, nccl or gloo")
+        if not self.out_dir.strip():
+            raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
+        known = ("scratch", "resume", *GPT2_NAMES)
+        if self.init_from.removeprefix("openai-community/") not in known and not Path(self.init_from).is_dir():
+            raise ValueError(f"init_from={self.init_from!r} must be one of {', '.join(known)}, or a local folder "
+                             "holding a Hugging Face GPT-2 (config.json and model.safetensors)")
+
+
+class Diverged(UserError, FloatingPointError):
+    """The loss or the weights went NaN or inf: a learning rate too high, usually. Nothing bad was saved."""
 
 
 def get_lr(it: int, config: TrainConfig) -> float:
@@ -84,35 +101,10 @@ def get_lr(it: int, config: TrainConfig) -> float:
         return config.learning_rate
     if it < config.warmup_iters:
         return config.learning_rate * (it + 1) / (config.warmup_iters + 1)
-    if it > config.lr_decay_iters:
+    if it >= config.lr_decay_iters:  # also where lr_decay_iters <= warmup_iters: nanoGPT's schedule has no cosine
         return config.min_lr
     progress = (it - config.warmup_iters) / (config.lr_decay_iters - config.warmup_iters)
     return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.learning_rate - config.min_lr)
-
-
-def choose_device(name: str) -> torch.device:
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def choose_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        if device.type != "cuda":
-            return torch.float32
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return getattr(torch, name)
-
-
-def autocast_context(device: torch.device, dtype: torch.dtype):
-    """Mixed precision where asked; fp32 runs with no autocast at all."""
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def init_distributed(config: TrainConfig) -> tuple[int, int, torch.device]:
@@ -135,25 +127,62 @@ def model_vocab_size(data_description: dict) -> int:
     return data_description["vocab_size"]
 
 
-def build_model(config: TrainConfig, model_config: GPTConfig, data_description: dict) -> tuple[GPT, dict | None]:
-    """The model to train, and the checkpoint it resumes from (None unless init_from=resume)."""
+def check_model_fits(model_config: GPTConfig, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and Adam state (16 bytes a parameter) exceed the memory here."""
+    with torch.device("meta"):
+        parameters = GPT(model_config).get_num_params()
+    if device.type == "cuda":
+        available = torch.cuda.mem_get_info(device)[1]
+    else:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+    if available and parameters * 16 > available:
+        raise UserError(f"n_layer={model_config.n_layer}, n_embd={model_config.n_embd}, vocab_size="
+                        f"{model_config.vocab_size} make {parameters:,} parameters: about {parameters * 16 / 1e9:,.1f}"
+                        f" GB to train, but {device} has {available / 1e9:,.1f} GB; choose a smaller model")
+
+
+def resumed_model(config: TrainConfig, model_config: GPTConfig, data_description: dict,
+                  explicit: frozenset[str]) -> tuple[GPT, dict]:
+    """The model in out_dir/ckpt.pt and its checkpoint, after checking that it can continue as asked."""
+    path = Path(config.out_dir) / "ckpt.pt"
+    state = load_checkpoint(path)
+    missing = [key for key in RESUME_KEYS if key not in state]
+    if missing:
+        raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (weights only, like best.pt)")
+    difference = tokenizer_difference(state["tokenizer"], data_description)
+    if difference:
+        raise UserError(f"{path} was trained on other token ids than dataset={config.dataset!r} holds: "
+                        f"{difference}; resume on the run's own dataset, or start a new run")
+    model = model_from_checkpoint(state, path, dropout=model_config.dropout)  # dropout: nanoGPT's resume takes it
+    clashes = [f"{name}={getattr(model_config, name)!r} (the checkpoint has {getattr(model.config, name)!r})"
+               for name in sorted(explicit) if name != "dropout" and name in {f.name for f in fields(GPTConfig)}
+               and getattr(model_config, name) != getattr(model.config, name)]
+    if clashes:
+        raise UserError(f"a resumed model keeps its shape, but {', '.join(clashes)} was given; drop it to resume, "
+                        "or start a new run in another --out_dir")
+    return model, state
+
+
+def build_model(config: TrainConfig, model_config: GPTConfig, data_description: dict,
+                explicit: frozenset[str] = frozenset()) -> tuple[GPT, dict | None]:
+    """The model to train, and the checkpoint it resumes from (None unless init_from=resume).
+
+    explicit names the settings the user gave: on resume, a model shape among them that differs from the
+    checkpoint's is an error, not silently replaced by the checkpoint's.
+    """
     if config.init_from == "resume":
-        state = load_checkpoint(Path(config.out_dir) / "ckpt.pt")
-        if state["tokenizer"]["vocab_size"] != data_description["vocab_size"] or state["tokenizer"].get(
-                "kind") != data_description["kind"]:
-            raise ValueError(f"the checkpoint in {config.out_dir} was trained on a {state['tokenizer']['kind']} "
-                             f"vocabulary of {state['tokenizer']['vocab_size']}, but dataset={config.dataset!r} "
-                             f"has a {data_description['kind']} vocabulary of {data_description['vocab_size']}")
-        return model_from_checkpoint(state), state
+        return resumed_model(config, model_config, data_description, explicit)
     if config.init_from == "scratch":
-        return GPT(replace(model_config, vocab_size=model_vocab_size(data_description))), None
+        model_config = replace(model_config, vocab_size=model_vocab_size(data_description))
+        check_model_fits(model_config, choose_device(config.device))
+        return GPT(model_config), None
     if model_config.pos_encoding != "learned":
-        raise ValueError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
-                         f"pos_encoding={model_config.pos_encoding!r}; set pos_encoding=learned or init_from=scratch")
+        raise UserError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
+                        f"pos_encoding={model_config.pos_encoding!r}; set pos_encoding=learned or init_from=scratch")
     if data_description["kind"] != "gpt2":
-        raise ValueError(f"init_from={config.init_from!r} needs GPT-2 BPE data, but dataset={config.dataset!r} is "
-                         f"tokenized as {data_description['kind']!r}")
-    model = GPT.from_pretrained(config.init_from, dropout=model_config.dropout)
+        raise UserError(f"init_from={config.init_from!r} needs GPT-2 BPE data, but dataset={config.dataset!r} is "
+                        f"tokenized as {data_description['kind']!r}")
+    model = load_pretrained(config.init_from, dropout=model_config.dropout)
     if model_config.block_size < model.config.block_size:
         model.crop_block_size(model_config.block_size)
     return model, None
@@ -161,7 +190,7 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
 
 @torch.no_grad()
 def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, block_size: int, device: torch.device,
-                  dtype: torch.dtype) -> dict[str, float]:
+                  dtype: torch.dtype, vocab_size: int | None = None) -> dict[str, float]:
     """Mean loss over eval_iters batches of each split; the same batches every call, so estimates compare."""
     model.eval()
     losses = {}
@@ -170,7 +199,7 @@ def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, blo
         total = 0.0
         for _ in range(config.eval_iters):
             offsets = sample_offsets(len(data), block_size, config.batch_size, generator)
-            x, y = get_batch(data, offsets, block_size, device)
+            x, y = get_batch(data, offsets, block_size, device, vocab_size)
             with autocast_context(device, dtype):
                 total += model(x, y)[1].item()
         losses[split] = total / config.eval_iters
@@ -179,222 +208,356 @@ def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, blo
 
 
 class StopRequest:
-    """Turns the first Ctrl-C into a request to save and stop at the end of the step; a second one aborts."""
+    """Turns the first Ctrl-C or SIGTERM into a request to save and stop at the end of the step; a second one
+    aborts at once (KeyboardInterrupt). `signal` is the number of the first, or 0."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
-        self.requested = False
-        self.previous = None
+        self.signal = 0
+        self.previous = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self.handle)
+            self.previous = {number: signal.signal(number, self.handle) for number in self.SIGNALS}
         return self
 
     def handle(self, signum, frame):
-        if self.requested:
+        if self.signal:
             raise KeyboardInterrupt
-        self.requested = True
+        self.signal = signum
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
 
 
 def all_finite(model: torch.nn.Module) -> bool:
     return all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def train(config: TrainConfig, model_config: GPTConfig) -> dict:
-    """Train as configured; returns the losses, timings and the trained model (rank 0 has the full picture)."""
-    rank, world_size, device = init_distributed(config)
-    master = rank == 0
+@dataclass
+class Run:
+    """What a training holds between steps. model is the plain module (its state_dict is what checkpoints
+    hold), compiled is what evaluates (model or torch.compile(model)), wrapped what trains (compiled, or DDP)."""
+
+    config: TrainConfig
+    model_config: GPTConfig
+    data_description: dict
+    splits: dict
+    device: torch.device
+    dtype: torch.dtype
+    rank: int
+    world_size: int
+    model: GPT
+    compiled: torch.nn.Module
+    wrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    batch_generator: torch.Generator
+    log: "MetricsLog"
+    iter_num: int = 0
+    best_val_loss: float = math.inf
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.config.out_dir)
+
+    @property
+    def block_size(self) -> int:
+        return self.model_config.block_size
+
+    @property
+    def tokens_per_iter(self) -> int:
+        return self.config.gradient_accumulation_steps * self.config.batch_size * self.block_size
+
+
+class MetricsLog:
+    """metrics.jsonl (rank 0, unless eval_only) and wandb. A new run's first record replaces an old log, so a
+    start-up failure (wandb, a bad option) leaves the old one whole; a resumed run appends."""
+
+    def __init__(self, path: Path | None, append: bool, wandb_run=None):
+        self.path, self.mode, self.wandb_run = path, "a" if append else "w", wandb_run
+
+    def write(self, record: dict) -> None:
+        if self.path is not None:
+            try:
+                with self.path.open(self.mode) as file:
+                    file.write(json.dumps(record) + "\n")
+            except OSError as e:  # a full disk: stop with the checkpoints as they are
+                raise UserError(f"could not write {self.path}: {e.strerror or e}") from None
+            self.mode = "a"
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in record.items() if k != "iter"}, step=record["iter"])
+
+    def finish(self) -> None:
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def claim_out_dir(config: TrainConfig, master: bool, stack: contextlib.ExitStack) -> None:
+    """Make out_dir this training's: lock it (released when stack closes), refuse to start a new run over an
+    old one without --overwrite=True, and remove what a killed save left. eval_only claims nothing."""
+    out_dir = Path(config.out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"out_dir={config.out_dir!r} is a file, not a folder; choose another --out_dir")
+    if config.eval_only or not master:
+        return
     try:
-        return _train(config, model_config, rank, world_size, device, master)
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create out_dir={config.out_dir!r}: {e.strerror}") from None
+    lock_folder(out_dir, stack)
+    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
+    if existing and config.init_from != "resume" and not config.overwrite:
+        raise UserError(f"out_dir={config.out_dir!r} already holds a run ({', '.join(existing)}); continue it with "
+                        "--init_from=resume, replace it with --overwrite=True, or choose another --out_dir")
+    for stale in remove_stale_temps(out_dir, ("ckpt.pt", "best.pt")):
+        print(f"removed {stale}, left by an interrupted save")
+
+
+def restore(run: Run, state: dict, path: Path) -> None:
+    """Continue where the checkpoint stopped: optimizer moments, step, best loss and both random streams."""
+    try:
+        run.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"]["torch"])
+        run.batch_generator.set_state(state["rng"]["batches"])
+        if run.device.type == "cuda" and "cuda" in state["rng"]:
+            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), run.device)
+        run.iter_num, run.best_val_loss = int(state["iter_num"]), float(state["best_val_loss"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:  # only the file's content can cause these here
+        raise UserError(f"{path}: the optimizer or random state does not fit the model ({type(e).__name__}: "
+                        f"{str(e)[:200]})") from None
+
+
+def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: int, device: torch.device,
+           data_dir: Path, explicit: frozenset[str]) -> Run:
+    """Data, model (new, pretrained or resumed), optimizer, compilation, DDP and the metrics log."""
+    if config.gradient_accumulation_steps % world_size:
+        raise UserError(f"gradient_accumulation_steps={config.gradient_accumulation_steps} must be a multiple of "
+                        f"the number of processes ({world_size})")
+    dtype = choose_dtype(config.dtype, device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    data_description = read_description(data_dir)
+    torch.manual_seed(config.seed)
+    model, resumed = build_model(config, model_config, data_description, explicit)
+    model_config = model.config
+    splits = {split: load_split(data_dir, split, model_config.block_size) for split in ("train", "val")}
+    if model_config.vocab_size < data_description["vocab_size"]:
+        raise UserError(f"vocab_size={model_config.vocab_size} is smaller than the data's vocabulary "
+                        f"({data_description['vocab_size']})")
+    model.to(device)
+    optimizer = model.configure_optimizers(config.weight_decay, config.learning_rate, (config.beta1, config.beta2),
+                                           device.type)
+    compiled = torch.compile(model) if config.compile else model
+    wrapped = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None) \
+        if world_size > 1 else compiled
+    run = Run(config, model_config, data_description, splits, device, dtype, rank, world_size, model, compiled,
+              wrapped, optimizer, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+              torch.Generator().manual_seed(config.seed), MetricsLog(None, True))
+    if resumed is not None:
+        restore(run, resumed, Path(config.out_dir) / "ckpt.pt")
+    if run.master:
+        run.log = MetricsLog(None if config.eval_only else run.out_dir / "metrics.jsonl",
+                             append=config.init_from == "resume", wandb_run=start_wandb(run))
+        print(f"{model.get_num_params():,} parameters, pos_encoding={model_config.pos_encoding}, device={device}, "
+              f"dtype={str(dtype).removeprefix('torch.')}, {world_size} process(es), "
+              f"{run.tokens_per_iter:,} tokens/iter")
+    return run
+
+
+def start_wandb(run: Run):
+    if not run.config.wandb_log:
+        return None
+    import wandb
+
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return wandb.init(project=run.config.wandb_project, name=run.config.wandb_run_name,
+                          mode=run.config.wandb_mode, dir=str(run.out_dir),
+                          config={**asdict(run.config), **asdict(run.model_config)})
+    except Exception as e:  # wandb reports a missing login or network in many types of its own
+        message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UserError(f"wandb could not start ({type(e).__name__}: {message}); run `wandb login`, or use "
+                        "--wandb_mode=offline (no login needed) or --wandb_log=False") from None
+
+
+def checkpoint_dict(run: Run, for_resume: bool) -> dict:
+    """What ckpt.pt (for_resume: with optimizer, config and random states) and best.pt (weights only) hold."""
+    state = {"model_args": asdict(run.model_config), "model": run.model.state_dict(),
+             "tokenizer": run.data_description, "iter_num": run.iter_num, "best_val_loss": run.best_val_loss}
+    if for_resume:
+        rng = {"torch": torch.get_rng_state(), "batches": run.batch_generator.get_state()}
+        if run.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(run.device)
+        state.update(optimizer=run.optimizer.state_dict(), config=asdict(run.config), rng=rng)
+    return state
+
+
+def save_latest(run: Run) -> None:
+    if not all_finite(run.model):
+        raise Diverged(f"the weights hold NaN or inf at iteration {run.iter_num}; not overwriting "
+                       f"{run.out_dir / 'ckpt.pt'}, which is the last good checkpoint")
+    save_checkpoint(checkpoint_dict(run, for_resume=True), run.out_dir / "ckpt.pt")
+
+
+def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
+    """Estimate both losses, log them, and save best.pt (if val improved) and ckpt.pt. Rank 0 only."""
+    losses = estimate_loss(run.compiled, run.splits, run.config, run.block_size, run.device, run.dtype,
+                           run.data_description["vocab_size"])
+    if not math.isfinite(losses["val"]):
+        raise Diverged(f"val loss is {losses['val']} at iteration {run.iter_num}; stopping. The last good "
+                       f"checkpoint is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
+    record = {"iter": run.iter_num, "train_loss": losses["train"], "val_loss": losses["val"]}
+    run.log.write({"iter": run.iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"]})
+    bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+    if run.config.eval_only:
+        return record
+    improved = losses["val"] < run.best_val_loss
+    if improved:
+        run.best_val_loss = losses["val"]
+        save_checkpoint(checkpoint_dict(run, for_resume=False), run.out_dir / "best.pt")
+    if improved or last or run.config.always_save_checkpoint:
+        save_latest(run)
+    return record
+
+
+def train_step(run: Run, lr: float) -> torch.Tensor:
+    """One optimizer step over this process's share of the micro-batches; returns their mean loss (on device)."""
+    config, train_data = run.config, run.splits["train"]
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    local_steps = config.gradient_accumulation_steps // run.world_size
+    offsets = sample_offsets(len(train_data), run.block_size, run.tokens_per_iter // run.block_size,
+                             run.batch_generator).view(config.gradient_accumulation_steps, config.batch_size)
+    total = torch.zeros((), device=run.device)
+    for micro_step in range(local_steps):
+        x, y = get_batch(train_data, offsets[run.rank * local_steps + micro_step], run.block_size, run.device,
+                         run.data_description["vocab_size"])
+        sync = run.world_size == 1 or micro_step == local_steps - 1
+        with contextlib.nullcontext() if sync else run.wrapped.no_sync(), autocast_context(run.device, run.dtype):
+            loss = run.wrapped(x, y)[1] / local_steps
+        run.scaler.scale(loss).backward()
+        total += loss.detach()
+    if config.grad_clip > 0:
+        run.scaler.unscale_(run.optimizer)
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.iter_num += 1
+    return total
+
+
+def train(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str] = frozenset()) -> dict:
+    """Train as configured; returns the losses, timings and the trained model (rank 0 has the full picture).
+
+    explicit: the settings the user gave (see build_model). result["interrupted"] is the number of the
+    signal (SIGINT, SIGTERM) that stopped the run, or 0.
+    """
+    rank, world_size, device = init_distributed(config)
+    try:
+        with contextlib.ExitStack() as stack:
+            data_dir = resolve_data_dir(config.dataset)
+            read_description(data_dir)  # a dataset that is not there stops the run before out_dir is made
+            claim_out_dir(config, rank == 0, stack)
+            run = set_up(config, model_config, rank, world_size, device, data_dir, explicit)
+            try:
+                return train_loop(run)
+            finally:
+                run.log.finish()
     finally:
         if world_size > 1:
             dist.destroy_process_group()
 
 
-def _train(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: int, device: torch.device,
-           master: bool) -> dict:
-    if config.gradient_accumulation_steps % world_size:
-        raise ValueError(f"gradient_accumulation_steps={config.gradient_accumulation_steps} must be a multiple of "
-                         f"the number of processes ({world_size})")
-    local_steps = config.gradient_accumulation_steps // world_size
-    dtype = choose_dtype(config.dtype, device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    out_dir = Path(config.out_dir)
-    data_dir = resolve_data_dir(config.dataset)
-    data_description = read_description(data_dir)
-
-    torch.manual_seed(config.seed)
-    model, resumed = build_model(config, model_config, data_description)
-    model_config = model.config
-    block_size = model_config.block_size
-    splits = {split: load_split(data_dir, split, block_size) for split in ("train", "val")}
-    if model_config.vocab_size < data_description["vocab_size"]:
-        raise ValueError(f"vocab_size={model_config.vocab_size} is smaller than the data's vocabulary "
-                         f"({data_description['vocab_size']})")
-    model.to(device)
-    optimizer = model.configure_optimizers(config.weight_decay, config.learning_rate, (config.beta1, config.beta2),
-                                           device.type)
-    batch_generator = torch.Generator().manual_seed(config.seed)
-    iter_num, best_val_loss = 0, float("inf")
-    if resumed is not None:
-        optimizer.load_state_dict(resumed["optimizer"])
-        iter_num, best_val_loss = resumed["iter_num"], resumed["best_val_loss"]
-        torch.set_rng_state(resumed["rng"]["torch"])
-        batch_generator.set_state(resumed["rng"]["batches"])
-        if device.type == "cuda" and "cuda" in resumed["rng"]:
-            torch.cuda.set_rng_state(resumed["rng"]["cuda"].cpu(), device)
-        resumed = None  # free the checkpoint's copy of the weights
-
-    raw_model = model
-    if config.compile:
-        model = torch.compile(model)
-    train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
-        if world_size > 1 else model
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-
-    tokens_per_iter = config.gradient_accumulation_steps * config.batch_size * block_size
-    if master:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        print(f"{raw_model.get_num_params():,} parameters, pos_encoding={model_config.pos_encoding}, device={device}, "
-              f"dtype={str(dtype).removeprefix('torch.')}, {world_size} process(es), {tokens_per_iter:,} tokens/iter")
-    metrics_file = out_dir / "metrics.jsonl"
-    if master and config.init_from != "resume":
-        metrics_file.unlink(missing_ok=True)  # a new run in an old out_dir starts a new log
-    run = None
-    if config.wandb_log and master:
-        import wandb
-
-        run = wandb.init(project=config.wandb_project, name=config.wandb_run_name, mode=config.wandb_mode,
-                         dir=str(out_dir), config={**asdict(config), **asdict(model_config)})
-
-    def log(record: dict) -> None:
-        with metrics_file.open("a") as file:
-            file.write(json.dumps(record) + "\n")
-        if run is not None:
-            run.log({k: v for k, v in record.items() if k != "iter"}, step=record["iter"])
-
-    def checkpoint_state() -> dict:
-        rng = {"torch": torch.get_rng_state(), "batches": batch_generator.get_state()}
-        if device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(device)
-        return {"model_args": asdict(model_config), "model": raw_model.state_dict(),
-                "optimizer": optimizer.state_dict(), "config": asdict(config), "iter_num": iter_num,
-                "best_val_loss": best_val_loss, "tokenizer": data_description, "rng": rng}
-
-    def save_latest() -> None:
-        if not all_finite(raw_model):
-            raise FloatingPointError(f"the weights hold NaN or inf at iteration {iter_num}; not overwriting "
-                                     f"{out_dir / 'ckpt.pt'}, which is the last good checkpoint")
-        save_checkpoint(checkpoint_state(), out_dir / "ckpt.pt")
-
+def train_loop(run: Run) -> dict:
+    config = run.config
     evals, train_losses, step_seconds, train_seconds = [], [], [], 0.0
-    loss_sum = torch.zeros((), device=device)
-    steps_in_window, window_seconds = 0, 0.0
-    bar = tqdm(total=config.max_iters, initial=iter_num, disable=not (master and config.progress),
+    window = {"loss": torch.zeros((), device=run.device), "steps": 0, "seconds": 0.0}
+    bar = tqdm(total=config.max_iters, initial=run.iter_num, disable=not (run.master and config.progress),
                dynamic_ncols=True, unit="it")
     with StopRequest() as stop:
         while True:
             # Every process must leave the loop at the same step, or DDP waits forever.
-            interrupted, out_of_time = any_process(
-                [stop.requested, 0 < config.max_seconds <= train_seconds], world_size, device)
-            last = iter_num >= config.max_iters or out_of_time
-            if master and (iter_num % config.eval_interval == 0 or last):
-                losses = estimate_loss(model, splits, config, block_size, device, dtype)
-                if not math.isfinite(losses["val"]):
-                    raise FloatingPointError(f"val loss is {losses['val']} at iteration {iter_num}; stopping. The "
-                                             f"last good checkpoint is {out_dir / 'ckpt.pt'}")
-                evals.append({"iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"]})
-                log({"iter": iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"]})
-                bar.write(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-                if losses["val"] < best_val_loss:
-                    best_val_loss = losses["val"]
-                    save_checkpoint({"model_args": asdict(model_config), "model": raw_model.state_dict(),
-                                     "tokenizer": data_description, "iter_num": iter_num,
-                                     "best_val_loss": best_val_loss}, out_dir / "best.pt")
-                if not config.eval_only:
-                    save_latest()
+            stopped_by, out_of_time = max_over_processes(
+                [stop.signal, float(0 < config.max_seconds <= train_seconds)], run.world_size, run.device)
+            last = run.iter_num >= config.max_iters or bool(out_of_time)
+            if run.master and (run.iter_num % config.eval_interval == 0 or last):
+                evals.append(evaluate_and_save(run, last, bar))
             if config.eval_only or last:
+                stopped_by = 0
                 break
-            if interrupted:
-                if master:
-                    save_latest()
-                    bar.write(f"interrupted: saved iteration {iter_num} to {out_dir / 'ckpt.pt'}; continue with "
-                              "--init_from=resume")
+            if stopped_by:
+                if run.master:
+                    save_latest(run)
+                    bar.write(f"interrupted ({signal.Signals(int(stopped_by)).name}): saved iteration "
+                              f"{run.iter_num} to {run.out_dir / 'ckpt.pt'}; continue with --init_from=resume")
                 break
-
             started = time.perf_counter()
-            lr = get_lr(iter_num, config)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            offsets = sample_offsets(len(splits["train"]), block_size, tokens_per_iter // block_size, batch_generator)
-            offsets = offsets.view(config.gradient_accumulation_steps, config.batch_size)
-            for micro_step in range(local_steps):
-                x, y = get_batch(splits["train"], offsets[rank * local_steps + micro_step], block_size, device)
-                sync = world_size == 1 or micro_step == local_steps - 1
-                with contextlib.nullcontext() if sync else train_model.no_sync(), autocast_context(device, dtype):
-                    loss = train_model(x, y)[1] / local_steps
-                scaler.scale(loss).backward()
-                loss_sum += loss.detach()
-            if config.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            iter_num += 1
-            steps_in_window += 1
-
-            log_now = iter_num % config.log_interval == 0 or iter_num == config.max_iters
-            if log_now:
-                if world_size > 1:
-                    dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-                train_loss = loss_sum.item() / steps_in_window
-                if not math.isfinite(train_loss):
-                    raise FloatingPointError(
-                        f"train loss is {train_loss} at iteration {iter_num}; stopping. The last good checkpoint is "
-                        f"{out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
+            lr = get_lr(run.iter_num, config)
+            window["loss"] += train_step(run, lr)
+            window["steps"] += 1
+            log_now = run.iter_num % config.log_interval == 0 or run.iter_num == config.max_iters
+            train_loss = mean_train_loss(run, window) if log_now else None
             elapsed = time.perf_counter() - started
             step_seconds.append(elapsed)
             train_seconds += elapsed
-            window_seconds += elapsed
+            window["seconds"] += elapsed
             bar.update(1)
             if log_now:
-                tokens_per_sec = tokens_per_iter * steps_in_window / window_seconds
-                train_losses.append({"iter": iter_num, "loss": train_loss})
-                bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}")
-                if master:
-                    log({"iter": iter_num, "train_loss": train_loss, "lr": lr, "tokens_per_sec": tokens_per_sec})
-                loss_sum.zero_()
-                steps_in_window, window_seconds = 0, 0.0
+                train_losses.append({"iter": run.iter_num, "loss": train_loss})
+                log_train(run, window, train_loss, lr, bar)
     bar.close()
-    if run is not None:
-        run.finish()
     measured = step_seconds[1:] or step_seconds  # the first step includes compilation and warm-up
-    return {"iter_num": iter_num, "best_val_loss": best_val_loss, "evals": evals, "train_losses": train_losses,
-            "step_seconds": step_seconds, "train_seconds": train_seconds,
-            "tokens_per_sec": tokens_per_iter * len(measured) / sum(measured) if measured else 0.0,
-            "interrupted": interrupted, "model": raw_model, "out_dir": str(out_dir)}
+    return {"iter_num": run.iter_num, "best_val_loss": run.best_val_loss, "evals": evals,
+            "train_losses": train_losses, "step_seconds": step_seconds, "train_seconds": train_seconds,
+            "tokens_per_sec": run.tokens_per_iter * len(measured) / sum(measured) if measured else 0.0,
+            "interrupted": int(stopped_by), "model": run.model, "out_dir": str(run.out_dir)}
 
 
-def any_process(flags: list[bool], world_size: int, device: torch.device) -> list[bool]:
-    """Each flag, true if it is true in any process."""
+def mean_train_loss(run: Run, window: dict) -> float:
+    """The mean training loss of the steps since the last log line, over every process; NaN stops the run."""
+    if run.world_size > 1:
+        dist.all_reduce(window["loss"], op=dist.ReduceOp.AVG)
+    train_loss = window["loss"].item() / window["steps"]
+    if not math.isfinite(train_loss):
+        raise Diverged(f"train loss is {train_loss} at iteration {run.iter_num}; stopping. The last good checkpoint "
+                       f"is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
+    return train_loss
+
+
+def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -> None:
+    tokens_per_sec = run.tokens_per_iter * window["steps"] / window["seconds"]
+    bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}")
+    if run.master:
+        run.log.write({"iter": run.iter_num, "train_loss": train_loss, "lr": lr, "tokens_per_sec": tokens_per_sec})
+    window["loss"].zero_()
+    window["steps"], window["seconds"] = 0, 0.0
+
+
+def max_over_processes(values: list[float], world_size: int, device: torch.device) -> list[float]:
+    """Each value's maximum over all processes (a flag set anywhere is set everywhere)."""
     if world_size == 1:
-        return flags
-    tensor = torch.tensor([float(f) for f in flags], device=device)
+        return values
+    tensor = torch.tensor([float(v) for v in values], device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return [bool(v) for v in tensor.tolist()]
+    return tensor.tolist()
 
 
 def main(argv: list[str]) -> None:
-    train_config, model_config = parse_options(argv, (TrainConfig, GPTConfig), prog="train.py",
-                                               description=__doc__, skip=("vocab_size",))
-    result = train(train_config, model_config)
+    sections = (TrainConfig, GPTConfig)
+    train_config, model_config = parse_options(argv, sections, prog="train.py", description=__doc__,
+                                               skip=("vocab_size",))
+    result = train(train_config, model_config, frozenset(chosen_values(argv, sections, ("vocab_size",))))
+    if result["interrupted"]:
+        sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"done: {result['iter_num']} iterations, best val loss {result['best_val_loss']:.4f}, "
               f"{result['tokens_per_sec']:,.0f} tokens/s")

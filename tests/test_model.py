@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 import input_layer_numpy as ref
 import model as M
-from model import GPT, GPTConfig, InputLayer
+from model import GPT, GPTConfig, InputLayer, sample_next_token
 
 POS_ENCODINGS = M.POS_ENCODINGS
 BLOCK, VOCAB = 16, 37  # the tiny model of most tests
@@ -468,6 +469,33 @@ def test_token_ids_out_of_range_raise():
     with pytest.raises(ValueError, match=r"token id 37 is outside \[0, vocab_size=37\)"):
         model(torch.tensor([[0, 37, 5]]))
     model(torch.tensor([[0, VOCAB - 1]]))  # both ends of the range are fine
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.uint8, torch.float32, torch.bool])
+def test_token_ids_of_a_dtype_the_embedding_cannot_take_raise(dtype):
+    with pytest.raises(ValueError, match=rf"token ids must be an int64 or int32 tensor, got dtype {dtype}"):
+        tiny_model("learned")(torch.zeros((1, 3), dtype=dtype))
+    tiny_model("learned")(torch.zeros((1, 3), dtype=torch.int32))  # the control: int32 indexes the embedding
+
+
+def test_targets_outside_the_vocabulary_raise():
+    model = tiny_model("learned")
+    idx = torch.tensor([[0, 1, 2]])
+    with pytest.raises(ValueError, match=r"target 37 is outside \[0, vocab_size=37\)"):
+        model(idx, torch.tensor([[1, 2, 37]]))
+    with pytest.raises(ValueError, match=r"target -2 is outside"):
+        model(idx, torch.tensor([[1, -2, 3]]))
+    with pytest.raises(ValueError, match=r"targets must be an int64 or int32 tensor, got dtype torch.float32"):
+        model(idx, torch.tensor([[1.0, 2.0, 3.0]]))
+    logits, loss = model(idx, torch.tensor([[1, -1, VOCAB - 1]]))  # -1 is cross_entropy's ignore_index
+    expected = F.cross_entropy(logits[0, [0, 2]], torch.tensor([1, VOCAB - 1]))
+    torch.testing.assert_close(loss, expected)
+
+
+@pytest.mark.parametrize("temperature", [math.nan, math.inf, -1.0])
+def test_temperature_must_be_finite_and_not_negative(temperature):
+    with pytest.raises(ValueError, match=rf"temperature={temperature} must be a finite number >= 0"):
+        sample_next_token(torch.zeros(1, 5), temperature)
 
 
 def test_empty_sequence_raises_in_input_layer():

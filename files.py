@@ -1,0 +1,97 @@
+"""Files a later step reads are written whole or not at all, and one training owns an out_dir at a time.
+
+Every such file is written to a temporary file beside it (name.XXXX.tmp), flushed to disk, then renamed over
+it: a crash, a full disk or a kill -9 leaves the old file as it was. A kill -9 can leave the temporary file
+behind; remove_stale_temps clears those at the next start.
+"""
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from options import UserError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; a second training there is not refused
+    fcntl = None
+
+LOCK_FILE = "train.lock"
+
+
+def temp_pattern(path: Path) -> str:
+    """The glob that matches the temporary files atomic_files makes for path."""
+    return f"{path.name}*.tmp"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_files(*paths: str | os.PathLike) -> Iterator[list[Path]]:
+    """Temporary paths to write, one beside each path; if the block succeeds they replace the paths in order.
+
+    If it fails, the temporary files are removed and every path keeps its old content. The renames come one
+    after another, after every file is complete: a crash between two of them can mix old and new files, which
+    is why the readers of a group (tokenizer.json with its .bin files) check that the files agree.
+    """
+    paths = [Path(p) for p in paths]
+    temps = []
+    try:
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            os.close(handle)
+            temps.append(Path(name))
+        yield temps
+        for temp in temps:
+            _fsync(temp)
+        for temp, path in zip(temps, paths, strict=True):
+            os.replace(temp, path)
+    except OSError as e:  # a full disk, a file size limit, a folder that cannot be written
+        names = ", ".join(str(path) for path in paths)
+        raise UserError(f"could not write {names}: {e.strerror or e}; the previous content is kept") from None
+    finally:
+        for temp in temps:
+            temp.unlink(missing_ok=True)
+    for directory in {path.parent for path in paths}:
+        with contextlib.suppress(OSError):  # some file systems cannot sync a folder; the renames stand
+            _fsync(directory)
+
+
+def remove_stale_temps(folder: Path, names: tuple[str, ...]) -> list[Path]:
+    """Delete the temporary files that a killed writer of these names left in folder; returns them."""
+    stale = [temp for name in names for temp in folder.glob(temp_pattern(folder / name))]
+    for temp in stale:
+        temp.unlink(missing_ok=True)
+    return stale
+
+
+def lock_folder(folder: Path, stack: contextlib.ExitStack) -> None:
+    """Hold an exclusive lock on folder until the stack closes (or the process dies, whatever kills it).
+
+    A second process asking for it gets a UserError at once, naming the process that holds it.
+    """
+    if fcntl is None:
+        return
+    path = folder / LOCK_FILE
+    file = stack.enter_context(path.open("a+"))
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        file.seek(0)
+        holder = file.read().strip() or "another process"
+        raise UserError(f"out_dir {str(folder)!r} is in use by a training already running (process {holder} "
+                        f"holds {path}); wait for it to finish, or choose another --out_dir") from None
+    stack.callback(fcntl.flock, file.fileno(), fcntl.LOCK_UN)
+    file.seek(0)
+    file.truncate()
+    file.write(str(os.getpid()))
+    file.flush()

@@ -1,0 +1,505 @@
+"""Faults and bad input, as a careless or hostile user makes them: every case ends with its exit code, one line
+that names the problem, no traceback, and the files that were there before byte-for-byte as they were.
+
+Most cases run the scripts' main() in this process (through options.main_guard, as the scripts do); signals,
+kill -9 and a full disk need a real process and are few.
+"""
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import sample
+import train as train_module
+from checkpoint import load_checkpoint, save_checkpoint
+from dataset import prepare
+from files import lock_folder
+from options import OptionError, UserError, main_guard
+from tokenizer import CharTokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+SETTINGS = dict(device="cpu", compile=False, progress=False, batch_size=4, eval_iters=2, eval_interval=4,
+                log_interval=1, max_iters=4, lr_decay_iters=4, warmup_iters=1, n_layer=1, n_head=2, n_embd=16,
+                block_size=16)
+
+
+def flags(out_dir, dataset, **overrides) -> list[str]:
+    return [f"--{k}={v}" for k, v in {**SETTINGS, "out_dir": out_dir, "dataset": dataset, **overrides}.items()]
+
+
+def cli(main, argv: list[str], capsys) -> tuple[int, str, str]:
+    """Run a script's main as its __main__ does; (exit status, stdout, stderr)."""
+    capsys.readouterr()
+    try:
+        main_guard(main, [str(a) for a in argv])
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, out: str, err: str, *fragments: str) -> None:
+    assert code == 2, (out, err)
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert "weights_only" not in lines[0]  # never torch's advice to load pickled code
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "train.lock"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, corpus_text) -> Path:
+    """A finished 4-step run (ckpt.pt, best.pt, metrics.jsonl) and its data, under one folder."""
+    root = tmp_path_factory.mktemp("trained")
+    prepare(corpus_text[:5000], root / "data", "char")
+    config, model_config = train_module.parse_options(flags(root / "run", root / "data"),
+                                                      (train_module.TrainConfig, train_module.GPTConfig), "", "")
+    train_module.train(config, model_config)
+    return root
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path) -> Path:
+    """A copy of the trained run and its data, to damage; returns the folder holding run/ and data/."""
+    shutil.copytree(trained, tmp_path / "copy")
+    return tmp_path / "copy"
+
+
+# ---- 1, 2, 5: a new run, or an evaluation, over an old run ----------------------------------------------------
+
+
+def test_new_run_over_an_old_one_is_refused(run_copy, capsys):
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", max_iters=8), capsys)
+    assert_one_line_error(*result, "already holds a run", "--init_from=resume", "--overwrite=True")
+    assert digests(run_copy) == before
+
+
+def test_overwrite_replaces_the_run_but_a_failed_start_keeps_it(run_copy, capsys):
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", overwrite=True, block_size=10**5,
+                                          n_layer=1), capsys)  # fails loading the data, after the out_dir check
+    assert_one_line_error(*result, "too few for one block")
+    assert digests(run_copy) == before  # metrics.jsonl included: nothing is deleted before training starts
+    code, out, err = cli(train_module.main, flags(run_copy / "run", run_copy / "data", overwrite=True,
+                                                  max_iters=2, eval_interval=1), capsys)
+    assert code == 0 and "done: 2 iterations" in out, err
+    records = [json.loads(line) for line in (run_copy / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in records if "val_loss" in r] == [0, 1, 2]  # the new run's log alone
+    assert load_checkpoint(run_copy / "run" / "ckpt.pt")["iter_num"] == 2
+
+
+@pytest.mark.parametrize("init_from", ["scratch", "resume"])
+def test_eval_only_writes_nothing(run_copy, capsys, init_from):
+    before = digests(run_copy)
+    code, out, err = cli(train_module.main, flags(run_copy / "run", run_copy / "data", eval_only=True,
+                                                  init_from=init_from), capsys)
+    assert code == 0 and "val loss" in out, err
+    assert digests(run_copy) == before
+
+
+# ---- 3: resume checks the tokenizer itself --------------------------------------------------------------------
+
+
+def test_resume_on_a_vocabulary_of_the_same_size_but_other_characters(run_copy, corpus_text, capsys):
+    text = corpus_text[:5000]
+    chars = CharTokenizer.from_text(text).chars
+    swapped = text.replace(chars[-1], "\u00e9")  # one character replaced by one the text lacks: same size
+    prepare(swapped, run_copy / "other", "char")
+    assert json.loads((run_copy / "other" / "tokenizer.json").read_text())["vocab_size"] == len(chars)
+    before = digests(run_copy / "run")
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "other", init_from="resume", max_iters=8),
+                 capsys)
+    assert_one_line_error(*result, "ckpt.pt", "other characters", repr(chars[-1]), repr("\u00e9"))
+    assert digests(run_copy / "run") == before
+
+
+# ---- 4: prepare writes all three files or none -----------------------------------------------------------------
+
+
+def test_prepare_that_fails_writing_leaves_the_old_dataset_whole(run_copy, monkeypatch):
+    before = digests(run_copy / "data")
+
+    def disk_full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", disk_full)  # tokenizer.json, the last of the three to be written
+    with pytest.raises(UserError, match=r"could not write .*train\.bin.*No space left on device"):
+        prepare("a whole other corpus, with other characters! " * 50, run_copy / "data", "char")
+    assert digests(run_copy / "data") == before  # and no temporary file left beside them
+
+
+def limit_file_size(limit: int):
+    def preexec():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # then a write past the limit fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return preexec
+
+
+@pytest.mark.slow
+def test_full_disk_during_training_keeps_the_last_checkpoint(run_copy, script_env):
+    """A file size limit stands in for a full disk: a checkpoint cannot be written whole, the old one stays."""
+    run = run_copy / "run"
+    before = digests(run)
+    old_metrics = (run / "metrics.jsonl").read_bytes()
+    limit = (run / "best.pt").stat().st_size // 2
+    result = subprocess.run([sys.executable, str(REPO / "train.py"),
+                             *flags(run, run_copy / "data", init_from="resume", max_iters=6)],
+                            capture_output=True, text=True, env=script_env, timeout=120,
+                            preexec_fn=limit_file_size(limit))
+    assert_one_line_error(result.returncode, result.stdout, result.stderr, "could not write", "File too large")
+    assert {k: v for k, v in digests(run).items() if k != "metrics.jsonl"} == \
+        {k: v for k, v in before.items() if k != "metrics.jsonl"}
+    assert (run / "metrics.jsonl").read_bytes().startswith(old_metrics)  # resume appends, never cuts
+
+
+# ---- 6: one training per out_dir ----------------------------------------------------------------------------
+
+
+def test_a_second_training_in_the_same_out_dir_is_refused(run_copy, capsys):
+    before = digests(run_copy)
+    with ExitStack() as stack:
+        lock_folder(run_copy / "run", stack)  # as a training running in another process holds it
+        result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume",
+                                              max_iters=6), capsys)
+        assert_one_line_error(*result, "in use by a training already running", f"process {os.getpid()}")
+        assert digests(run_copy) == before
+    code, out, err = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume",
+                                                  max_iters=6), capsys)
+    assert code == 0 and "done: 6 iterations" in out, err  # released: the next one runs
+
+
+# ---- 7, 8: signals and kill -9 ------------------------------------------------------------------------------
+
+
+def start_training(run_copy, script_env, **overrides) -> subprocess.Popen:
+    argv = flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=10**6, lr_decay_iters=10**6,
+                 **overrides)
+    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=script_env)
+
+
+def wait_for_training(process: subprocess.Popen, metrics: Path, lines: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(metrics.read_text().splitlines()) <= lines:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no training step after 60 s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_143(run_copy, script_env):
+    lines = len((run_copy / "run" / "metrics.jsonl").read_text().splitlines())
+    process = start_training(run_copy, script_env, eval_interval=10**6)
+    try:
+        wait_for_training(process, run_copy / "run" / "metrics.jsonl", lines + 2)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, stderr  # 128 + SIGTERM
+    assert "Traceback" not in stdout + stderr and "done" not in stdout
+    state = load_checkpoint(run_copy / "run" / "ckpt.pt")
+    assert state["iter_num"] > 4  # the steps since the last evaluation are kept
+    assert f"interrupted (SIGTERM): saved iteration {state['iter_num']}" in stdout
+
+
+@pytest.mark.slow
+def test_kill_9_during_saves_leaves_a_loadable_checkpoint_and_its_temps_are_cleared(run_copy, script_env):
+    """eval_interval=1 saves after every step, so a kill lands in or near a save; whatever it leaves, ckpt.pt
+    loads, and the next start removes the partial temporary files."""
+    run = run_copy / "run"
+    for delay in (0.05, 0.2):
+        lines = len((run / "metrics.jsonl").read_text().splitlines())
+        process = start_training(run_copy, script_env, eval_interval=1)
+        wait_for_training(process, run / "metrics.jsonl", lines)
+        time.sleep(delay)
+        process.kill()
+        process.communicate()
+        assert load_checkpoint(run / "ckpt.pt")["iter_num"] >= 4
+    (run / "ckpt.pt1234abcd.tmp").write_bytes(b"PK\x03\x04 the start of a checkpoint")  # as a kill leaves one
+    (run / "best.ptzz.tmp").write_bytes(b"")
+    resumed_from = load_checkpoint(run / "ckpt.pt")["iter_num"]
+    result = train_module.train(*train_module.parse_options(
+        flags(run, run_copy / "data", init_from="resume", max_iters=resumed_from + 1),
+        (train_module.TrainConfig, train_module.GPTConfig), "", ""))
+    assert result["iter_num"] == resumed_from + 1
+    assert not list(run.glob("*.tmp"))
+
+
+# ---- checkpoints a user gives: damaged, hostile, inconsistent ---------------------------------------------------
+
+
+class Payload:
+    """Unpickling this runs code: it creates a marker file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def damage(path: Path, how: str) -> str:
+    """Damage the checkpoint at path; returns what the error line must say."""
+    good = path.read_bytes()
+    if how == "empty":
+        path.write_bytes(b"")
+        return "is empty"
+    if how == "truncated":
+        path.write_bytes(good[:len(good) // 2])
+        return "truncated, damaged or not a checkpoint"
+    if how == "flipped":
+        middle = len(good) // 2
+        path.write_bytes(good[:middle] + bytes(b ^ 0xFF for b in good[middle:middle + 64]) + good[middle + 64:])
+        return "ckpt.pt"
+    if how == "text":
+        path.write_text("n_layer = 4\n")
+        return "truncated, damaged or not a checkpoint"
+    if how == "code":
+        torch.save({"model_args": {}, "model": {}, "tokenizer": {}, "x": Payload(path.parent / "marker")}, path)
+        return "pickled objects other than tensors"
+    state = load_checkpoint(path)
+    if how == "no_tokenizer":
+        del state["tokenizer"]
+        message = "lacks 'tokenizer'"
+    elif how == "not_a_dict":
+        state = [1, 2, 3]
+        message = "not a checkpoint of this repo"
+    elif how == "huge_vocab":  # a small file declaring a vocabulary of 10^8: 25 GB if allocated
+        state["model_args"]["vocab_size"] = 10**8
+        message = "should be (100000000, 16) by the settings but is"
+    elif how == "missing_weight":
+        del state["model"]["lm_head.weight"], state["model"]["input_layer.wte"]
+        message = "the weights do not fit the model settings"
+    elif how == "unknown_setting":
+        state["model_args"]["n_expert"] = 8
+        message = "unknown model setting 'n_expert'"
+    elif how == "bad_setting":
+        state["model_args"]["n_head"] = 3
+        message = "n_embd=16 is not divisible by n_head=3"
+    elif how == "nan_weights":
+        state["model"]["ln_f.weight"][3] = float("nan")
+        message = "the weights hold NaN or inf"
+    elif how == "tokenizer_too_big":
+        chars = state["tokenizer"]["chars"] + "\u00e9\u00e8"
+        state["tokenizer"] = {**state["tokenizer"], "chars": chars, "vocab_size": len(chars)}
+        message = f"its tokenizer has {len(chars)} tokens, more than the model's vocab_size={len(chars) - 2}"
+    save_checkpoint(state, path)
+    return message
+
+
+HOW = ["empty", "truncated", "flipped", "text", "code", "no_tokenizer", "not_a_dict", "huge_vocab", "missing_weight",
+       "unknown_setting", "bad_setting", "nan_weights", "tokenizer_too_big"]
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_sampling_from_a_bad_checkpoint_is_one_line(run_copy, capsys, how):
+    run = run_copy / "run"
+    (run / "best.pt").unlink()
+    message = damage(run / "ckpt.pt", how)
+    before = digests(run_copy)
+    started = time.perf_counter()
+    result = cli(sample.main, [f"--out_dir={run}", "--device=cpu", "--max_new_tokens=4"], capsys)
+    assert_one_line_error(*result, str(run / "ckpt.pt"), message)
+    assert time.perf_counter() - started < 20  # nothing of the declared size was allocated
+    assert digests(run_copy) == before
+    assert not (run / "marker").exists()
+
+
+@pytest.mark.parametrize("how", ["truncated", "code", "huge_vocab", "no_tokenizer"])
+def test_resuming_from_a_bad_checkpoint_is_one_line(run_copy, capsys, how):
+    message = damage(run_copy / "run" / "ckpt.pt", how)
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8),
+                 capsys)
+    assert_one_line_error(*result, "ckpt.pt", message)
+    assert digests(run_copy) == before
+
+
+def test_resuming_from_weights_only_is_one_line(run_copy, capsys):
+    shutil.copy(run_copy / "run" / "best.pt", run_copy / "run" / "ckpt.pt")
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8),
+                 capsys)
+    assert_one_line_error(*result, "cannot be resumed", "optimizer")
+
+
+def test_corrupt_best_pt_falls_back_to_ckpt_pt(run_copy, capsys):
+    damage(run_copy / "run" / "best.pt", "truncated")
+    code, out, err = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", "--max_new_tokens=4",
+                                       "--num_samples=1"], capsys)
+    assert code == 0 and "Traceback" not in err
+    warning = [line for line in err.splitlines() if line.startswith("warning")]
+    assert len(warning) == 1 and "best.pt" in warning[0] and "sampling from" in warning[0] \
+        and warning[0].endswith("ckpt.pt instead")
+    assert out.count("---------------") == 1
+
+
+# ---- settings a user gives ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--device=tpu"], ["device='tpu'", "not a device name"]),
+    (["--device=cuda:7"], ["device='cuda:7' is not available"]),
+    (["--init_from=scrach"], ["init_from='scrach' must be one of scratch, resume, gpt2"]),
+    (["--out_dir="], ["out_dir is empty"]),
+    (["--max_iters=10**10**10"], ["--max_iters='10**10**10': expected int"]),
+])
+def test_bad_training_settings_are_one_line(run_copy, capsys, argv, fragments):
+    before = digests(run_copy)
+    result = cli(train_module.main, [*flags(run_copy / "new", run_copy / "data"), *argv], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert digests(run_copy) == before
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("max_iters = 10**10**10\n", "too large for a setting"),
+    ("max_iters = 2**4000 * 2**4000 * 2**4000\n", "too large"),
+    ("max_iters = [0] * 10**9\n", "too long for a setting"),
+    ("wandb_run_name = 'x' * 10**12\n", "too long for a setting"),
+])
+def test_config_values_that_take_unbounded_time_or_memory_are_refused(tmp_path, capsys, body, fragment):
+    (tmp_path / "config.py").write_text(body)
+    started = time.perf_counter()
+    result = cli(train_module.main, [tmp_path / "config.py"], capsys)
+    assert time.perf_counter() - started < 10
+    assert_one_line_error(*result, f"{tmp_path / 'config.py'}:1", fragment)
+
+
+def test_out_dir_naming_a_file(run_copy, capsys):
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "run" / "metrics.jsonl", run_copy / "data"), capsys)
+    assert_one_line_error(*result, "metrics.jsonl", "is a file, not a folder")
+    assert digests(run_copy) == before
+
+
+def test_a_shape_flag_on_resume_is_reported_and_dropout_applies(run_copy, capsys):
+    before = digests(run_copy)
+    result = cli(train_module.main, [*flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=6),
+                                     "--n_layer=3"], capsys)
+    assert_one_line_error(*result, "n_layer=3 (the checkpoint has 1)", "keeps its shape")
+    assert digests(run_copy) == before
+    argv = [*flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=6), "--dropout=0.25"]
+    sections = (train_module.TrainConfig, train_module.GPTConfig)
+    result = train_module.train(*train_module.parse_options(argv, sections, "", ""),
+                                frozenset(train_module.chosen_values(argv, sections)))
+    assert result["model"].config.dropout == 0.25  # nanoGPT's resume takes dropout from the command line
+    assert load_checkpoint(run_copy / "run" / "ckpt.pt")["model_args"]["dropout"] == 0.25
+
+
+def test_always_save_checkpoint_false_saves_ckpt_only_on_improvement(run_copy, monkeypatch):
+    saved = []
+    real_save = train_module.save_checkpoint
+
+    def save(state, path):
+        saved.append((Path(path).name, state["iter_num"]))
+        real_save(state, path)
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save)
+    val_losses = iter([3.0, 3.5, 2.5, 2.8, 2.9])  # evaluations at 0, 2, 4, 6, 8
+    monkeypatch.setattr(train_module, "estimate_loss", lambda *a, **k: {"train": 1.0, "val": next(val_losses)})
+    argv = flags(run_copy / "new", run_copy / "data", max_iters=8, lr_decay_iters=8, eval_interval=2,
+                 always_save_checkpoint=False)
+    train_module.train(*train_module.parse_options(argv, (train_module.TrainConfig, train_module.GPTConfig), "", ""))
+    assert saved == [("best.pt", 0), ("ckpt.pt", 0), ("best.pt", 4), ("ckpt.pt", 4), ("ckpt.pt", 8)]
+
+
+# ---- data a user gives --------------------------------------------------------------------------------------
+
+
+def test_damaged_tokenizer_json(run_copy, capsys):
+    (run_copy / "data" / "tokenizer.json").write_text('{"kind": "char", "chars": "ab')
+    result = cli(train_module.main, flags(run_copy / "new", run_copy / "data"), capsys)
+    assert_one_line_error(*result, "tokenizer.json is damaged", "prepare.py")
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_bin_file_cut_short_or_from_another_prepare(run_copy, capsys, split):
+    path = run_copy / "data" / f"{split}.bin"
+    path.write_bytes(path.read_bytes()[:-6])
+    result = cli(train_module.main, flags(run_copy / "new", run_copy / "data"), capsys)
+    assert_one_line_error(*result, f"{split}.bin holds", "tokenizer.json says", "prepare.py")
+    assert not (run_copy / "new" / "ckpt.pt").exists()
+
+
+@pytest.mark.parametrize("compile_model", [False, True])
+def test_token_ids_beyond_the_vocabulary_in_a_bin_file(run_copy, capsys, compile_model, monkeypatch):
+    """The compiled model skips its own id check: the data is checked as it is batched, compiled or not."""
+    if compile_model:  # torch.compile itself is slow to start; what matters is that the model's check is off
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    path = run_copy / "data" / "train.bin"
+    tokens = np.fromfile(path, dtype=np.uint16)
+    tokens[::7] = 60000  # a damaged file of the right size
+    tokens.tofile(path)
+    result = cli(train_module.main, flags(run_copy / "new", run_copy / "data"), capsys)
+    assert_one_line_error(*result, "token id 60000", "train.bin", "outside the vocabulary")
+
+
+# ---- sampling input -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag, fragment", [
+    ("--temperature=nan", "temperature=nan must be a finite number"),
+    ("--temperature=inf", "temperature=inf must be a finite number"),
+    ("--top_k=0", "top_k=0 must be >= 1"),
+    ("--slide=0", "slide=0 must be >= 1"),
+    ("--slide=99", "slide=99 must be at most the model's block_size=16"),
+    ("--init_from=gtp2", "init_from='gtp2' must be one of resume, gpt2"),
+])
+def test_bad_sampling_settings_are_one_line(run_copy, capsys, flag, fragment):
+    result = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", flag], capsys)
+    assert_one_line_error(*result, fragment)
+
+
+@pytest.mark.parametrize("kind", ["folder", "binary", "missing", "unreadable"])
+def test_bad_prompt_files_are_one_line(run_copy, capsys, kind):
+    path = run_copy / "prompt"
+    if kind == "folder":
+        path.mkdir()
+    elif kind in ("binary", "unreadable"):
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    if kind == "unreadable":
+        if os.geteuid() == 0:
+            pytest.skip("root reads any file")
+        path.chmod(0)
+    expected = {"folder": "is a folder", "binary": "is not UTF-8 text", "missing": "does not exist",
+                "unreadable": "cannot be read"}[kind]
+    result = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", f"--start=FILE:{path}"], capsys)
+    assert_one_line_error(*result, f"prompt file {str(path)!r}", expected)
+
+
+# ---- what main_guard catches --------------------------------------------------------------------------------
+
+
+def test_main_guard_prints_user_errors_and_leaves_bugs_loud(capsys):
+    def user_mistake(argv):
+        raise OptionError("--batch_size=0 must be at least 1")
+
+    def bug(argv):
+        raise ValueError("an internal invariant broke")
+
+    assert_one_line_error(*cli(user_mistake, [], capsys), "--batch_size=0")
+    with pytest.raises(ValueError, match="internal invariant"):  # a bug keeps its traceback
+        main_guard(bug, [])
