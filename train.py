@@ -65,6 +65,7 @@ class TrainConfig:
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
     dtype: str = "auto"  # auto (bfloat16 on a GPU that has it, else float16; float32 elsewhere) | float32 | ...
     compile: bool = True  # torch.compile the model: a slow first step, faster ones after
+    activation_checkpointing: bool = False  # recompute each Block in the backward pass: less memory, ~1/3 more compute
     seed: int = 1337  # seeds the initialisation, dropout and the order of batches
     progress: bool = True  # show a tqdm progress bar
 
@@ -347,6 +348,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     data_description = read_description(data_dir)
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
+    model.activation_checkpointing = config.activation_checkpointing
     model_config = model.config
     splits = {split: load_split(data_dir, split, model_config.block_size) for split in ("train", "val")}
     if model_config.vocab_size < data_description["vocab_size"]:
