@@ -75,7 +75,9 @@ def full_model_state(model: nn.Module) -> dict:
 def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """optimizer.state_dict() as one process has it (parameters numbered in param-group order, whole tensors);
     under FSDP a collective call whose result only rank 0 receives."""
-    if not is_sharded(model):
+    # Before the first step there is no state to gather, and asking for it would make one: torch's state-dict
+    # helper runs a step with zero gradients, which counts as AdamW's first and changes its bias correction.
+    if not is_sharded(model) or not optimizer.state:
         return optimizer.state_dict()
     state = get_optimizer_state_dict(model, optimizer, options=FULL_STATE)
     if not state:
@@ -88,7 +90,7 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
 
 def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
     """Load a full optimizer state dict (from any process count) into a plain or a sharded optimizer."""
-    if not is_sharded(model):
+    if not is_sharded(model) or not state["state"]:
         optimizer.load_state_dict(state)
         return
     names = {param: name for name, param in model.named_parameters()}
