@@ -7,13 +7,11 @@ chunk_bytes, a few pieces per worker process are in flight, and tokens go straig
 renamed over the dataset only when everything succeeded.
 """
 
-import contextlib
 import glob
 import json
 import multiprocessing
 import os
 import random
-import secrets
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,10 +20,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from files import atomic_files, remove_stale_temps
+from options import UserError
 from tokenizer import TOKENIZER_FILE, GPT2Tokenizer, gpt2_encoding
 
 SUFFIXES = (".txt", ".jsonl")
-OUTPUTS = ("train.bin", "val.bin", TOKENIZER_FILE)  # tokenizer.json last: it marks a complete dataset
+OUTPUTS = ("train.bin", "val.bin", TOKENIZER_FILE)  # tokenizer.json last: it says what the .bin files hold
 
 
 @dataclass
@@ -54,20 +54,20 @@ class CorpusConfig:
 def corpus_files(input: str) -> list[Path]:
     """The files of a folder (recursively), of a glob pattern, or the one file named; sorted, so runs agree."""
     if not input:
-        raise ValueError("no --input: give a folder of .txt/.jsonl files, a glob such as 'web/*.jsonl', or a file")
+        raise UserError("no --input: give a folder of .txt/.jsonl files, a glob such as 'web/*.jsonl', or a file")
     path = Path(input)
     if path.is_dir():
         files = [p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()]
         if not files:
-            raise FileNotFoundError(f"folder {input!r} holds no .txt or .jsonl files")
+            raise UserError(f"folder {input!r} holds no .txt or .jsonl files")
     else:
         files = [path] if path.is_file() else [Path(p) for p in glob.glob(input, recursive=True)]
         files = [p for p in files if p.is_file()]
         if not files:
-            raise FileNotFoundError(f"input {input!r} is no file, folder, or glob pattern that matches a file")
+            raise UserError(f"input {input!r} is no file, folder, or glob pattern that matches a file")
         for file in files:
             if file.suffix not in SUFFIXES:
-                raise ValueError(f"input file {str(file)!r} is neither .txt (one document) nor .jsonl (one JSON "
+                raise UserError(f"input file {str(file)!r} is neither .txt (one document) nor .jsonl (one JSON "
                                  "object per line); rename it or choose the files with a glob such as '*.jsonl'")
     return sorted(files)
 
@@ -88,7 +88,7 @@ def decode_utf8(data: bytes, path: Path, offset: int) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"input file {str(path)!r} is not UTF-8 text: byte {data[e.start]:#x} at offset "
+        raise UserError(f"input file {str(path)!r} is not UTF-8 text: byte {data[e.start]:#x} at offset "
                          f"{offset + e.start} cannot be decoded") from None
 
 
@@ -116,12 +116,12 @@ def jsonl_documents(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
             try:
                 record = json.loads(line)
             except ValueError as e:
-                raise ValueError(f"{path}:{number}: not a JSON object ({e}); a .jsonl file holds one JSON object "
+                raise UserError(f"{path}:{number}: not a JSON object ({e}); a .jsonl file holds one JSON object "
                                  "per line") from None
             text = record.get(text_field) if isinstance(record, dict) else None
             if not isinstance(text, str):
                 fields = sorted(record) if isinstance(record, dict) else []
-                raise ValueError(f"{path}:{number}: no text field {text_field!r} (the line has {fields}); name the "
+                raise UserError(f"{path}:{number}: no text field {text_field!r} (the line has {fields}); name the "
                                  "field that holds the text with --text_field=NAME")
             yield text, len(line)
 
@@ -130,16 +130,17 @@ def pieces(files: list[Path], config: CorpusConfig) -> Iterator[tuple[bool, str,
     """(is_val, text, ends_document, bytes read) over the corpus. Empty documents are skipped (bytes only)."""
     draw = random.Random(config.seed)
     for path in files:
-        if path.suffix == ".jsonl":
-            for text, size in jsonl_documents(path, config.text_field):
-                yield (draw.random() < config.val_fraction if text else False), text, bool(text), size
-        elif path.stat().st_size == 0:
-            continue
-        else:
-            is_val = draw.random() < config.val_fraction
-            for text, size in text_pieces(path, config.chunk_bytes):
-                yield is_val, text, False, size
-            yield is_val, "", True, 0
+        try:
+            if path.suffix == ".jsonl":
+                for text, size in jsonl_documents(path, config.text_field):
+                    yield (draw.random() < config.val_fraction if text else False), text, bool(text), size
+            elif path.stat().st_size:
+                is_val = draw.random() < config.val_fraction
+                for text, size in text_pieces(path, config.chunk_bytes):
+                    yield is_val, text, False, size
+                yield is_val, "", True, 0
+        except OSError as e:  # unreadable, or gone since it was listed
+            raise UserError(f"input file {str(path)!r} cannot be read: {e.strerror or e}") from None
 
 
 def batches(stream: Iterator[tuple[bool, str, bool, int]], chunk_bytes: int) -> Iterator[tuple[bool, list, int]]:
@@ -169,25 +170,6 @@ def encode_pieces(batch: list[tuple[str, bool]]) -> np.ndarray:
         if ends:
             ids.append(encoding.eot_token)
     return np.array(ids, dtype=np.uint16)
-
-
-@contextlib.contextmanager
-def staged_outputs(out: Path, names: tuple[str, ...]) -> Iterator[dict[str, Path]]:
-    """A temporary file beside each name. If the block succeeds they are renamed over the names, the last name
-    removed first and renamed last; if it fails they are removed and the old files stay as they were."""
-    out.mkdir(parents=True, exist_ok=True)
-    temps = {}
-    try:
-        for name in names:
-            temps[name] = out / f".{name}.{secrets.token_hex(8)}.tmp"
-            temps[name].open("xb").close()  # unlike mkstemp's 0600, the user's umask decides who may read it
-        yield temps
-        (out / names[-1]).unlink(missing_ok=True)  # a crash between the renames leaves no stale description
-        for name in names:
-            os.replace(temps[name], out / name)
-    finally:
-        for temp in temps.values():
-            temp.unlink(missing_ok=True)
 
 
 def worker_count(requested: int) -> int:
@@ -227,26 +209,23 @@ def prepare_corpus(config: CorpusConfig, out_dir: str | os.PathLike) -> dict:
     out = Path(out_dir)
     existing = [name for name in OUTPUTS if (out / name).exists()]
     if existing and not config.overwrite:
-        raise ValueError(f"{out} already holds a dataset ({', '.join(existing)}); pass --overwrite=True to replace "
+        raise UserError(f"{out} already holds a dataset ({', '.join(existing)}); pass --overwrite=True to replace "
                          "it, or choose another --out_dir")
     files = corpus_files(config.input)
     tokenizer = GPT2Tokenizer()  # offline without the BPE files: fails here, before any work
-    with staged_outputs(out, OUTPUTS) as temps:
-        with temps["train.bin"].open("wb") as train, temps["val.bin"].open("wb") as val, \
+    if out.is_dir():
+        remove_stale_temps(out, OUTPUTS)  # what a killed prepare left
+    # Everything is written in full before anything replaces the old dataset: a failure leaves that one whole.
+    with atomic_files(*(out / name for name in OUTPUTS)) as (train_temp, val_temp, description_temp):
+        with train_temp.open("wb") as train, val_temp.open("wb") as val, \
                 tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, unit_divisor=1024,
                      disable=not config.progress, desc="tokenizing") as bar:
             counts = tokenize_corpus(files, config, {False: train, True: val}, bar)
-            for file in (train, val):
-                file.flush()
-                os.fsync(file.fileno())
         documents = counts["train_documents"] + counts["val_documents"]
         if not (counts["train_documents"] and counts["val_documents"]):
-            raise ValueError(f"{documents} documents gave {counts['val_documents']} for validation and "
+            raise UserError(f"{documents} documents gave {counts['val_documents']} for validation and "
                              f"{counts['train_documents']} for training (val_fraction={config.val_fraction}); each "
                              "split needs one: change --val_fraction or add documents")
         description = {**tokenizer.description(), "dtype": "uint16", **counts, "source": config.input}
-        with temps[TOKENIZER_FILE].open("w", encoding="utf-8") as file:
-            file.write(json.dumps(description, indent=1))
-            file.flush()
-            os.fsync(file.fileno())
+        description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")
     return description

@@ -13,6 +13,7 @@ import torch
 
 from corpus import CorpusConfig, line_start_before_end, prepare_corpus, text_pieces
 from dataset import get_batch, load_split
+from options import UserError
 from tokenizer import GPT2Tokenizer, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,7 +119,7 @@ def test_a_failed_prepare_leaves_the_old_dataset_whole(tmp_path, corpus_text):
     (tmp_path / "corpus" / "z.jsonl").write_text("\n".join([good] * 60 + ['{"text": "cut off'] + [good]) + "\n")
     config = CorpusConfig(input=str(tmp_path / "corpus"), val_fraction=0.25, workers=1, chunk_bytes=4096,
                           overwrite=True, progress=False)
-    with pytest.raises(ValueError, match=r"z\.jsonl:61: not a JSON object"):
+    with pytest.raises(UserError, match=r"z\.jsonl:61: not a JSON object"):
         prepare_corpus(config, out)
     assert snapshot(out) == before  # no temporary file left either
 
@@ -141,11 +142,11 @@ def test_input_errors(tmp_path):
 
     with pytest.raises(ValueError, match="no --input"):
         prepare("")
-    with pytest.raises(FileNotFoundError, match="is no file, folder, or glob pattern that matches a file"):
+    with pytest.raises(UserError, match="is no file, folder, or glob pattern that matches a file"):
         prepare(str(tmp_path / "missing*.txt"))
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "readme.md").write_text("x")
-    with pytest.raises(FileNotFoundError, match="holds no .txt or .jsonl files"):
+    with pytest.raises(UserError, match="holds no .txt or .jsonl files"):
         prepare(str(tmp_path / "docs"))
     with pytest.raises(ValueError, match=r"readme\.md' is neither \.txt"):
         prepare(str(tmp_path / "docs" / "*"))
