@@ -378,7 +378,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         if dtype == torch.float16:
             raise UserError("parallel='fsdp' trains in float32 or bfloat16, not float16 (its gradient scaler does not "
                             "know shards); use --dtype=bfloat16, or --parallel=ddp")
-        shard_model(model, device, dtype)  # moves each process's shards to its device, never the whole model
+        shard_model(model, device, dtype)  # moves the model to the device group by group, keeping only the shards
     else:
         model.to(device)
     # After sharding: the optimizer must hold the shards.
