@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 POS_ENCODINGS = ("learned", "sinusoidal", "rope", "alibi", "none")
 GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # the OpenAI checkpoints from_pretrained knows
@@ -269,6 +270,9 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.input_layer.wte  # weight tying: one Parameter, both uses add to its grad
+        # A training setting, not part of the architecture (train.py sets it): keep only each Block's input for the
+        # backward pass and recompute the Block there, trading about a third more compute for far less memory.
+        self.activation_checkpointing = False
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -325,9 +329,13 @@ class GPT(nn.Module):
         if c.pos_encoding == "rope":
             positions = torch.arange(past_length, past_length + T, device=idx.device)
             rope = rope_angles(positions, c.n_embd // c.n_head, c.rope_base)
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for layer, block in enumerate(self.blocks):
             kv = None if cache is None else (cache.keys[layer], cache.values[layer])
-            x = block(x, kv, past_length, mask, rope)
+            if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
+                x = checkpoint(block, x, kv, past_length, mask, rope, use_reentrant=False)
+            else:
+                x = block(x, kv, past_length, mask, rope)
         if cache is not None:
             cache.length += idx.size(1)
         logits = self.lm_head(self.ln_f(x))

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from checkpoint import RESUME_KEYS, load_checkpoint, load_pretrained, model_from_checkpoint, save_checkpoint
@@ -28,6 +27,16 @@ from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from files import lock_folder, remove_stale_temps
 from model import GPT, GPT2_NAMES, GPTConfig
 from options import UserError, chosen_values, main_guard, parse_options
+from parallel import (
+    PARALLELS,
+    full_model_state,
+    full_optimizer_state,
+    gradient_sync,
+    is_sharded,
+    load_optimizer_state,
+    shard_model,
+    wrap_for_training,
+)
 from tokenizer import read_description, tokenizer_difference
 
 RUN_FILES = ("ckpt.pt", "best.pt", "metrics.jsonl")  # what a run leaves in out_dir
@@ -62,9 +71,11 @@ class TrainConfig:
     lr_decay_iters: int = 5000  # step where the cosine reaches min_lr (at or before warmup_iters: no cosine)
     min_lr: float = 6e-5  # final learning rate (usually learning_rate / 10)
     backend: str = "auto"  # DDP backend: auto (nccl on cuda, gloo otherwise) | nccl | gloo
+    parallel: str = "ddp"  # under torchrun: ddp (each process holds the whole model) | fsdp (each holds 1/N of it)
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
     dtype: str = "auto"  # auto (bfloat16 on a GPU that has it, else float16; float32 elsewhere) | float32 | ...
     compile: bool = True  # torch.compile the model: a slow first step, faster ones after
+    activation_checkpointing: bool = False  # recompute each Block in the backward pass: less memory, ~1/3 more compute
     seed: int = 1337  # seeds the initialisation, dropout and the order of batches
     progress: bool = True  # show a tqdm progress bar
 
@@ -83,6 +94,8 @@ class TrainConfig:
             raise ValueError(f"wandb_mode={self.wandb_mode!r} must be online, offline or disabled")
         if self.backend not in ("auto", "nccl", "gloo"):
             raise ValueError(f"backend={self.backend!r} must be auto, nccl or gloo")
+        if self.parallel not in PARALLELS:
+            raise ValueError(f"parallel={self.parallel!r} must be one of {', '.join(PARALLELS)}")
         if not self.out_dir.strip():
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
         known = ("scratch", "resume", *GPT2_NAMES)
@@ -127,10 +140,11 @@ def model_vocab_size(data_description: dict) -> int:
     return data_description["vocab_size"]
 
 
-def check_model_fits(model_config: GPTConfig, device: torch.device) -> None:
-    """Refuse a model whose weights, gradients and Adam state (16 bytes a parameter) exceed the memory here."""
+def check_model_fits(model_config: GPTConfig, device: torch.device, shards: int = 1) -> None:
+    """Refuse a model whose weights, gradients and Adam state (16 bytes a parameter, over `shards` processes
+    under FSDP) exceed the memory here."""
     with torch.device("meta"):
-        parameters = GPT(model_config).get_num_params()
+        parameters = GPT(model_config).get_num_params() // shards
     if device.type == "cuda":
         available = torch.cuda.mem_get_info(device)[1]
     else:
@@ -174,7 +188,8 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         return resumed_model(config, model_config, data_description, explicit)
     if config.init_from == "scratch":
         model_config = replace(model_config, vocab_size=model_vocab_size(data_description))
-        check_model_fits(model_config, choose_device(config.device))
+        shards = int(os.environ.get("WORLD_SIZE", "1")) if config.parallel == "fsdp" else 1
+        check_model_fits(model_config, choose_device(config.device), shards)
         return GPT(model_config), None
     if model_config.pos_encoding != "learned":
         raise UserError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
@@ -232,14 +247,15 @@ class StopRequest:
             signal.signal(number, handler)
 
 
-def all_finite(model: torch.nn.Module) -> bool:
-    return all(torch.isfinite(p).all() for p in model.parameters())
+def all_finite(tensors) -> bool:
+    return all(torch.isfinite(t).all() for t in tensors)
 
 
 @dataclass
 class Run:
-    """What a training holds between steps. model is the plain module (its state_dict is what checkpoints
-    hold), compiled is what evaluates (model or torch.compile(model)), wrapped what trains (compiled, or DDP)."""
+    """What a training holds between steps. model is the plain module (sharded in place under FSDP; its full
+    state dict is what checkpoints hold), compiled is what evaluates (model or torch.compile(model)), wrapped
+    what trains (compiled, or DDP around it)."""
 
     config: TrainConfig
     model_config: GPTConfig
@@ -262,6 +278,11 @@ class Run:
     @property
     def master(self) -> bool:
         return self.rank == 0
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP: evaluating and gathering the state for a checkpoint take every process, not rank 0 alone."""
+        return is_sharded(self.model)
 
     @property
     def out_dir(self) -> Path:
@@ -323,7 +344,7 @@ def claim_out_dir(config: TrainConfig, master: bool, stack: contextlib.ExitStack
 def restore(run: Run, state: dict, path: Path) -> None:
     """Continue where the checkpoint stopped: optimizer moments, step, best loss and both random streams."""
     try:
-        run.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(run.model, run.optimizer, state["optimizer"])
         torch.set_rng_state(state["rng"]["torch"])
         run.batch_generator.set_state(state["rng"]["batches"])
         if run.device.type == "cuda" and "cuda" in state["rng"]:
@@ -347,17 +368,24 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     data_description = read_description(data_dir)
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
+    model.activation_checkpointing = config.activation_checkpointing
     model_config = model.config
     splits = {split: load_split(data_dir, split, model_config.block_size) for split in ("train", "val")}
     if model_config.vocab_size < data_description["vocab_size"]:
         raise UserError(f"vocab_size={model_config.vocab_size} is smaller than the data's vocabulary "
                         f"({data_description['vocab_size']})")
-    model.to(device)
+    if world_size > 1 and config.parallel == "fsdp":
+        if dtype == torch.float16:
+            raise UserError("parallel='fsdp' trains in float32 or bfloat16, not float16 (its gradient scaler does not "
+                            "know shards); use --dtype=bfloat16, or --parallel=ddp")
+        shard_model(model, device, dtype)  # moves the model to the device group by group, keeping only the shards
+    else:
+        model.to(device)
+    # After sharding: the optimizer must hold the shards.
     optimizer = model.configure_optimizers(config.weight_decay, config.learning_rate, (config.beta1, config.beta2),
                                            device.type)
     compiled = torch.compile(model) if config.compile else model
-    wrapped = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None) \
-        if world_size > 1 else compiled
+    wrapped = wrap_for_training(compiled, config.parallel, world_size, device)
     run = Run(config, model_config, data_description, splits, device, dtype, rank, world_size, model, compiled,
               wrapped, optimizer, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
               torch.Generator().manual_seed(config.seed), MetricsLog(None, True))
@@ -389,26 +417,31 @@ def start_wandb(run: Run):
 
 
 def checkpoint_dict(run: Run, for_resume: bool) -> dict:
-    """What ckpt.pt (for_resume: with optimizer, config and random states) and best.pt (weights only) hold."""
-    state = {"model_args": asdict(run.model_config), "model": run.model.state_dict(),
+    """What ckpt.pt (for_resume: with optimizer, config and random states) and best.pt (weights only) hold: full
+    state dicts, as one process has them. Under FSDP every rank must call this; rank 0 receives the weights."""
+    state = {"model_args": asdict(run.model_config), "model": full_model_state(run.model),
              "tokenizer": run.data_description, "iter_num": run.iter_num, "best_val_loss": run.best_val_loss}
     if for_resume:
         rng = {"torch": torch.get_rng_state(), "batches": run.batch_generator.get_state()}
         if run.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(run.device)
-        state.update(optimizer=run.optimizer.state_dict(), config=asdict(run.config), rng=rng)
+        state.update(optimizer=full_optimizer_state(run.model, run.optimizer), config=asdict(run.config), rng=rng)
     return state
 
 
 def save_latest(run: Run) -> None:
-    if not all_finite(run.model):
+    state = checkpoint_dict(run, for_resume=True)
+    if not run.master:
+        return
+    if not all_finite(state["model"].values()):
         raise Diverged(f"the weights hold NaN or inf at iteration {run.iter_num}; not overwriting "
                        f"{run.out_dir / 'ckpt.pt'}, which is the last good checkpoint")
-    save_checkpoint(checkpoint_dict(run, for_resume=True), run.out_dir / "ckpt.pt")
+    save_checkpoint(state, run.out_dir / "ckpt.pt")
 
 
 def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
-    """Estimate both losses, log them, and save best.pt (if val improved) and ckpt.pt. Rank 0 only."""
+    """Estimate both losses, log them, and save best.pt (if val improved) and ckpt.pt. Rank 0 only, but every
+    rank under FSDP: its forward passes and state gathering need them all; rank 0 alone writes."""
     losses = estimate_loss(run.compiled, run.splits, run.config, run.block_size, run.device, run.dtype,
                            run.data_description["vocab_size"])
     if not math.isfinite(losses["val"]):
@@ -416,13 +449,16 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
                        f"checkpoint is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
     record = {"iter": run.iter_num, "train_loss": losses["train"], "val_loss": losses["val"]}
     run.log.write({"iter": run.iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"]})
-    bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+    if run.master:
+        bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
     if run.config.eval_only:
         return record
     improved = losses["val"] < run.best_val_loss
     if improved:
         run.best_val_loss = losses["val"]
-        save_checkpoint(checkpoint_dict(run, for_resume=False), run.out_dir / "best.pt")
+        best = checkpoint_dict(run, for_resume=False)
+        if run.master:
+            save_checkpoint(best, run.out_dir / "best.pt")
     if improved or last or run.config.always_save_checkpoint:
         save_latest(run)
     return record
@@ -441,7 +477,7 @@ def train_step(run: Run, lr: float) -> torch.Tensor:
         x, y = get_batch(train_data, offsets[run.rank * local_steps + micro_step], run.block_size, run.device,
                          run.data_description["vocab_size"])
         sync = run.world_size == 1 or micro_step == local_steps - 1
-        with contextlib.nullcontext() if sync else run.wrapped.no_sync(), autocast_context(run.device, run.dtype):
+        with gradient_sync(run.wrapped, sync), autocast_context(run.device, run.dtype):
             loss = run.wrapped(x, y)[1] / local_steps
         run.scaler.scale(loss).backward()
         total += loss.detach()
@@ -489,14 +525,15 @@ def train_loop(run: Run) -> dict:
             stopped_by, out_of_time = max_over_processes(
                 [stop.signal, float(0 < config.max_seconds <= train_seconds)], run.world_size, run.device)
             last = run.iter_num >= config.max_iters or bool(out_of_time)
-            if run.master and (run.iter_num % config.eval_interval == 0 or last):
+            if (run.master or run.sharded) and (run.iter_num % config.eval_interval == 0 or last):
                 evals.append(evaluate_and_save(run, last, bar))
             if config.eval_only or last:
                 stopped_by = 0
                 break
             if stopped_by:
-                if run.master:
+                if run.master or run.sharded:
                     save_latest(run)
+                if run.master:
                     bar.write(f"interrupted ({signal.Signals(int(stopped_by)).name}): saved iteration "
                               f"{run.iter_num} to {run.out_dir / 'ckpt.pt'}; continue with --init_from=resume")
                 break

@@ -1,0 +1,101 @@
+"""Several processes under torchrun: DDP or FSDP2, and the one checkpoint format both write.
+
+DDP keeps the whole model, its gradients and AdamW's state on every process and averages the gradients. FSDP
+(torch.distributed.fsdp.fully_shard on a device mesh) keeps 1/N of each parameter, gradient and optimizer state
+on each process: every Block is one group, all-gathered just before it runs and freed after; the root group holds
+the rest, the token table and the head it is tied to among it. Checkpoints hold full state dicts in both cases,
+as a single process writes them, so a single process, DDP, FSDP on any number of processes and sample.py all load
+what any of them saved.
+"""
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+PARALLELS = ("ddp", "fsdp")
+# Gathered whole, one tensor at a time, onto the CPU of rank 0 (the other ranks get empty dicts).
+FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def shard_model(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """FSDP2 in place: each Block its own group, then the root. Build the optimizer after this: it must hold
+    the sharded parameters."""
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    # bf16: weights all-gathered and multiplied in bf16, gradients reduced in fp32; the sharded master stays fp32.
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if dtype == torch.bfloat16 else MixedPrecisionPolicy()
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def wrap_for_training(model: nn.Module, parallel: str, world_size: int, device: torch.device) -> nn.Module:
+    """What the training step calls: DDP around the (compiled) model; FSDP and one process need no wrapper."""
+    if world_size == 1 or parallel == "fsdp":
+        return model
+    # gradient_as_bucket_view: the gradients live in DDP's buckets instead of beside them (4 bytes/parameter less)
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                   gradient_as_bucket_view=True)
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return isinstance(getattr(model, "_orig_mod", model), FSDPModule)  # _orig_mod: under torch.compile
+
+
+def gradient_sync(model: nn.Module, sync: bool):
+    """Context for one micro-step's backward: gradients are reduced across processes only when sync is true,
+    at the last micro-step; before it each process accumulates its own."""
+    if is_sharded(model):
+        getattr(model, "_orig_mod", model).set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
+    if isinstance(model, DistributedDataParallel) and not sync:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def full_model_state(model: nn.Module) -> dict:
+    """The state dict of the whole model on the CPU; under FSDP a collective call: every rank must make it."""
+    if is_sharded(model):
+        return get_model_state_dict(model, options=FULL_STATE)
+    return model.state_dict()
+
+
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """optimizer.state_dict() as one process has it (parameters numbered in param-group order, whole tensors);
+    under FSDP a collective call whose result only rank 0 receives."""
+    # Before the first step there is no state to gather, and asking for it would make one: torch's state-dict
+    # helper runs a step with zero gradients, which counts as AdamW's first and changes its bias correction.
+    if not is_sharded(model) or not optimizer.state:
+        return optimizer.state_dict()
+    state = get_optimizer_state_dict(model, optimizer, options=FULL_STATE)
+    if not state:
+        return {}
+    number = {name: i for i, name in enumerate(name for group in state["param_groups"] for name in group["params"])}
+    return {"state": {number[name]: value for name, value in state["state"].items()},
+            "param_groups": [{**group, "params": [number[name] for name in group["params"]]}
+                             for group in state["param_groups"]]}
+
+
+def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Load a full optimizer state dict (from any process count) into a plain or a sharded optimizer."""
+    if not is_sharded(model) or not state["state"]:
+        optimizer.load_state_dict(state)
+        return
+    names = {param: name for name, param in model.named_parameters()}
+    ordered = [names[param] for group in optimizer.param_groups for param in group["params"]]
+    by_name = {"state": {ordered[i]: value for i, value in state["state"].items()},
+               "param_groups": [{**group, "params": [ordered[i] for i in group["params"]]}
+                                for group in state["param_groups"]]}
+    set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
