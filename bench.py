@@ -90,10 +90,10 @@ def peak_flops(device: torch.device, dtype: torch.dtype, clock) -> tuple[float, 
 
 @dataclass
 class Variant:
-    name: str
-    compile: bool
+    name: str  # the row's label
+    compile: bool  # torch.compile the model
     fused: bool  # fused AdamW; nanoGPT's own optimizer decides for itself
-    dtype: torch.dtype
+    dtype: torch.dtype  # autocast dtype (float32: no autocast)
     nanogpt: bool = False  # nanoGPT's model and configure_optimizers instead of ours
 
 

@@ -1,6 +1,7 @@
 """Sample from a trained model (or GPT-2 weights) with the KV cache:
     python sample.py --out_dir=out-shakespeare-char-cpu --start="ROMEO:" --stream
     python sample.py --init_from=/path/to/hf/gpt2 --start=FILE:prompt.txt --top_p=0.9
+    python sample.py --out_dir=out-shakespeare-char --num_samples=8 --compile   # compiled decode step
 """
 
 import math
