@@ -1,56 +1,62 @@
 """Speed, measured in one run so that the figures compare (timings across runs and days do not).
 
-    python bench.py config/train_shakespeare_char_cpu.py              # training: bare loop vs train.py, MFU
-    python bench.py config/train_shakespeare_char.py --what=sample    # sampling: KV cache vs none
+    python bench.py config/train_shakespeare_char_cpu.py --compile=True     # training: each change vs the plain loop
+    python bench.py config/train_shakespeare_char.py --what=sample --device=cpu   # decoding vs matmul floor
 
-Training: the bare forward/backward/step loop on one fixed batch, against train.train() on the same model and
-config (evaluation excluded), in alternating rounds; MFU against this machine's own matmul peak, measured here.
-Sampling: tokens/s of cached and uncached generation from random weights, batch 1.
+Training: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and with each
+change added (fused AdamW, compile, bfloat16 autocast on CPU), then train.train() against the bare loop of the
+same settings (evaluation excluded), in alternating rounds; MFU against the GPU's peak where known, else against
+this machine's matmul peak measured here.
+Decoding: tokens/s from a random model after a prompt that fills the window, against the decode step's matrix
+products alone (the floor) and against the crop-every-step loop without a cache (nanoGPT's sample.py).
 """
 
+import contextlib
+import importlib.util
+import io
 import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
+from torch.nn import functional as F
 
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import autocast_context, choose_device, choose_dtype
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, compiled_decode_step, fused_adamw_devices
 from options import main_guard, parse_options
 from tokenizer import read_description
 from train import TrainConfig, model_vocab_size, train
+
+# Dense bfloat16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets; the first key found in the device name
+# counts (so "H100 PCIe" before "H100"). Other GPUs get their measured matmul peak.
+GPU_PEAK_FLOPS = {"H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12}
 
 
 @dataclass
 class BenchConfig:
     what: str = "train"  # train | sample
-    bench_steps: int = 50  # timed training steps per round
-    warmup_steps: int = 10  # untimed steps first (compilation, allocator warm-up)
-    rounds: int = 3  # alternating rounds of bare loop and train(); the median round counts
-    max_new_tokens: int = 500  # tokens per sampling run
-    sample_vocab_size: int = 65  # vocabulary of the random sampling model
+    bench_steps: int = 30  # timed training steps per variant and round
+    warmup_steps: int = 5  # untimed steps first (compilation, allocator warm-up)
+    rounds: int = 3  # alternating rounds over the variants; the median round counts
+    max_new_tokens: int = 500  # tokens per decoding run, after a prompt that fills the window
+    crop_tokens: int = 50  # tokens timed for the crop-every-step loop (its cost per token is constant)
+    sample_batch: int = 8  # the larger batch of the decoding benchmark
+    sample_vocab_size: int = 65  # vocabulary of the random decoding model
+    clock: str = "wall"  # wall | cpu: this process's CPU time, steadier on a shared machine (with OMP_NUM_THREADS=1)
+    nanogpt_dir: str = ""  # a checkout of karpathy/nanoGPT: its model and optimizer timed in the same rounds
 
     def __post_init__(self) -> None:
         if self.what not in ("train", "sample"):
             raise ValueError(f"what={self.what!r} must be train or sample")
-        if min(self.bench_steps, self.rounds, self.max_new_tokens) < 1 or self.warmup_steps < 0:
-            raise ValueError("bench_steps, rounds and max_new_tokens must be >= 1, warmup_steps >= 0")
-
-
-def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
-    """Best measured FLOP/s of a square matmul in the training dtype: the ceiling that MFU is relative to."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    best = float("inf")
-    for _ in range(repeats):
-        synchronize(device)
-        started = time.perf_counter()
-        a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best
+        if self.clock not in ("wall", "cpu"):
+            raise ValueError(f"clock={self.clock!r} must be wall or cpu")
+        if min(self.bench_steps, self.rounds, self.max_new_tokens, self.crop_tokens, self.sample_batch) < 1 \
+                or self.warmup_steps < 0:
+            raise ValueError("bench_steps, rounds, max_new_tokens, crop_tokens and sample_batch must be >= 1, "
+                             "warmup_steps >= 0")
 
 
 def synchronize(device: torch.device) -> None:
@@ -58,81 +64,260 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bare_loop_seconds(config: TrainConfig, model_config: GPTConfig, device: torch.device, steps: int,
-                      warmup_steps: int) -> list[float]:
-    """Seconds per step of forward/backward/step on one fixed batch: the loop with nothing around it."""
-    dtype = choose_dtype(config.dtype, device)
-    torch.manual_seed(config.seed)
-    model = GPT(model_config).to(device)
-    optimizer = model.configure_optimizers(config.weight_decay, config.learning_rate, (config.beta1, config.beta2),
-                                           device.type)
-    compiled = torch.compile(model) if config.compile else model
-    data = load_split(resolve_data_dir(config.dataset), "train", model_config.block_size)
-    offsets = sample_offsets(len(data), model_config.block_size, config.batch_size, torch.Generator().manual_seed(0))
-    x, y = get_batch(data, offsets, model_config.block_size, device)
-    seconds = []
-    for step in range(warmup_steps + steps):
+def matmul_peak(device: torch.device, dtype: torch.dtype, clock, size: int = 2048, repeats: int = 10) -> float:
+    """Best measured FLOP/s of a square matmul in dtype: the ceiling that MFU is relative to off the GPU."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(repeats):
         synchronize(device)
-        started = time.perf_counter()
+        started = clock()
+        a @ b
+        synchronize(device)
+        best = min(best, clock() - started)
+    return 2 * size**3 / best
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype, clock) -> tuple[float, str]:
+    """The data-sheet peak of a known GPU in bfloat16, else the matmul peak measured here; and where it came from."""
+    if device.type == "cuda" and dtype == torch.bfloat16:
+        name = torch.cuda.get_device_name(device)
+        for key, flops in GPU_PEAK_FLOPS.items():
+            if key in name:
+                return flops, f"{name} data sheet"
+    return matmul_peak(device, dtype, clock), "measured"
+
+
+@dataclass
+class Variant:
+    name: str  # the row's label
+    compile: bool  # torch.compile the model
+    fused: bool  # fused AdamW; nanoGPT's own optimizer decides for itself
+    dtype: torch.dtype  # autocast dtype (float32: no autocast)
+    nanogpt: bool = False  # nanoGPT's model and configure_optimizers instead of ours
+
+
+def load_nanogpt(directory: str):
+    """nanoGPT's model.py, imported from a checkout of karpathy/nanoGPT."""
+    path = Path(directory) / "model.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"nanogpt_dir={directory!r} has no model.py; give a checkout of karpathy/nanoGPT")
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BareLoop:
+    """Forward/backward/step on one fixed batch, with nothing around it; step() times one iteration."""
+
+    def __init__(self, variant: Variant, bench: BenchConfig, config: TrainConfig, model_config: GPTConfig,
+                 device: torch.device):
+        torch.manual_seed(config.seed)
+        self.variant, self.config, self.device = variant, config, device
+        betas = (config.beta1, config.beta2)
+        if variant.nanogpt:
+            nanogpt = load_nanogpt(bench.nanogpt_dir)
+            fields = ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
+            with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter counts
+                self.model = nanogpt.GPT(nanogpt.GPTConfig(**{f: getattr(model_config, f) for f in fields}))
+                self.model.to(device)
+                self.optimizer = self.model.configure_optimizers(config.weight_decay, config.learning_rate, betas,
+                                                                 device.type)
+        else:
+            self.model = GPT(model_config).to(device)
+            self.optimizer = self.model.configure_optimizers(config.weight_decay, config.learning_rate, betas,
+                                                             device.type, variant.fused)
+        self.compiled = torch.compile(self.model) if variant.compile else self.model
+        data = load_split(resolve_data_dir(config.dataset), "train", model_config.block_size)
+        offsets = sample_offsets(len(data), model_config.block_size, config.batch_size,
+                                 torch.Generator().manual_seed(0))
+        self.x, self.y = get_batch(data, offsets, model_config.block_size, device)
+        if variant.nanogpt:  # its loss views the targets, which must then be contiguous
+            self.x, self.y = self.x.contiguous(), self.y.contiguous()
+
+    def step(self, clock) -> tuple[float, float, float]:
+        """Seconds by clock of one iteration and of its optimizer step alone, and the iteration's wall seconds."""
+        config, device = self.config, self.device
+        synchronize(device)
+        started, wall_started = clock(), time.perf_counter()
         for _ in range(config.gradient_accumulation_steps):
-            with autocast_context(device, dtype):
-                loss = compiled(x, y)[1] / config.gradient_accumulation_steps
+            with autocast_context(device, self.variant.dtype):
+                loss = self.compiled(self.x, self.y)[1] / config.gradient_accumulation_steps
             loss.backward()
         if config.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
         synchronize(device)
-        if step >= warmup_steps:
-            seconds.append(time.perf_counter() - started)
-    return seconds
+        optimizer_started = clock()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        synchronize(device)
+        ended = clock()
+        return ended - started, ended - optimizer_started, time.perf_counter() - wall_started
+
+
+def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.device) -> list[Variant]:
+    """The plain loop, then one change added at a time, then nanoGPT's if asked for. The configured setting of
+    train.py is the first variant named in `configured_variant`."""
+    dtype = choose_dtype(config.dtype, device)
+    has_fused = device.type in fused_adamw_devices()
+    variants = [Variant("plain: eager, foreach AdamW", False, False, dtype)]
+    if has_fused:
+        variants.append(Variant("+ fused AdamW", False, True, dtype))
+    variants.append(Variant("+ compile", True, has_fused, dtype))
+    if device.type == "cpu" and dtype == torch.float32:
+        variants.append(Variant("+ bfloat16 autocast", True, has_fused, torch.bfloat16))
+    if bench.nanogpt_dir:
+        variants += [Variant("nanoGPT: eager", False, False, dtype, nanogpt=True),
+                     Variant("nanoGPT: compile", True, False, dtype, nanogpt=True)]
+    return variants
+
+
+def configured_variant(variants: list[Variant], config: TrainConfig, device: torch.device) -> Variant:
+    """Ours as train.py runs it: fused AdamW where torch has it, compiled as configured, the configured dtype."""
+    dtype = choose_dtype(config.dtype, device)
+    fused = device.type in fused_adamw_devices()
+    return next(v for v in variants if not v.nanogpt and (v.compile, v.fused, v.dtype) == (config.compile, fused,
+                                                                                             dtype))
 
 
 def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> None:
     device = choose_device(config.device)
-    dtype = choose_dtype(config.dtype, device)
     description = read_description(resolve_data_dir(config.dataset))
     model_config = replace(model_config, vocab_size=model_vocab_size(description))
     tokens_per_step = config.batch_size * config.gradient_accumulation_steps * model_config.block_size
-    peak = matmul_peak(device, dtype)
+    clock = bench_clock(bench, device)
+    variants = training_variants(bench, config, device)
+    configured = configured_variant(variants, config, device)
+    loops = [BareLoop(variant, bench, config, model_config, device) for variant in variants]
+    for loop in loops:
+        for _ in range(bench.warmup_steps):
+            loop.step(clock)
     run_config = replace(config, max_iters=bench.warmup_steps + bench.bench_steps, eval_interval=10**9,
-                         eval_iters=1, out_dir=f"{config.out_dir}-bench", progress=True, overwrite=True)
-    bare_rates, train_rates = [], []
+                         eval_iters=1, out_dir=f"{config.out_dir}-bench", progress=False, overwrite=True)
+    rates = {v.name: [] for v in variants}
+    optimizer_ms = {v.name: [] for v in variants}
+    wall_rates, train_rates = [], []
     for _ in range(bench.rounds):
-        bare = bare_loop_seconds(config, model_config, device, bench.bench_steps, bench.warmup_steps)
-        bare_rates.append(tokens_per_step / statistics.mean(bare))
-        result = train(run_config, replace(model_config))
-        timed = result["step_seconds"][bench.warmup_steps:]
-        train_rates.append(tokens_per_step / statistics.mean(timed))
-    bare_rate, train_rate = statistics.median(bare_rates), statistics.median(train_rates)
-    flops_per_token = GPT(model_config).flops_per_token(model_config.block_size)
-    print(f"device {device}, dtype {str(dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads; "
-          f"matmul peak {peak / 1e9:,.1f} GFLOP/s")
-    print(f"bare loop : {bare_rate:10,.0f} tokens/s  MFU {bare_rate * flops_per_token / peak:6.1%}  "
-          f"rounds {', '.join(f'{r:,.0f}' for r in bare_rates)}")
-    print(f"train.py  : {train_rate:10,.0f} tokens/s  MFU {train_rate * flops_per_token / peak:6.1%}  "
+        for loop in loops:
+            times = [loop.step(clock) for _ in range(bench.bench_steps)]
+            rates[loop.variant.name].append(tokens_per_step / statistics.median(t[0] for t in times))
+            optimizer_ms[loop.variant.name].append(1e3 * statistics.median(t[1] for t in times))
+            if loop.variant is configured:
+                wall_rates.append(tokens_per_step / statistics.median(t[2] for t in times))
+        with contextlib.redirect_stdout(io.StringIO()):
+            timed = train(run_config, replace(model_config))["step_seconds"][bench.warmup_steps:]
+        train_rates.append(tokens_per_step / statistics.median(timed))
+    flops_per_token = loops[0].model.flops_per_token(model_config.block_size)
+    peaks = {dtype: peak_flops(device, dtype, clock) for dtype in {v.dtype for v in variants}}
+    print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
+          f"{tokens_per_step:,} tokens/step; peak " + ", ".join(
+              f"{str(d).removeprefix('torch.')} {p / 1e9:,.1f} GFLOP/s ({source})" for d, (p, source) in peaks.items()))
+    plain = statistics.median(rates[variants[0].name])
+    print(f"{'bare loop':30} {'tokens/s':>10} {'vs plain':>9} {'MFU':>7} {'optimizer':>10}  rounds")
+    for variant in variants:
+        rate = statistics.median(rates[variant.name])
+        mfu = rate * flops_per_token / peaks[variant.dtype][0]
+        print(f"{variant.name:30} {rate:10,.0f} {rate / plain:8.2f}x {mfu:7.1%}"
+              f" {statistics.median(optimizer_ms[variant.name]):7.2f} ms  "
+              f"{', '.join(f'{r:,.0f}' for r in rates[variant.name])}")
+    if bench.nanogpt_dir:
+        ours, theirs = (statistics.median(rates[name]) for name in ("+ compile", "nanoGPT: compile"))
+        print(f"per step, compiled: ours {1e3 * tokens_per_step / ours:.2f} ms, nanoGPT "
+              f"{1e3 * tokens_per_step / theirs:.2f} ms ({ours / theirs - 1:+.1%} tokens/s)")
+    wall, train_rate = statistics.median(wall_rates), statistics.median(train_rates)
+    print(f"wall clock: bare loop as configured ({configured.name}) {wall:,.0f} tokens/s, train.py "
+          f"{train_rate:,.0f} tokens/s: train.py overhead {1 - train_rate / wall:+.1%}  "
           f"rounds {', '.join(f'{r:,.0f}' for r in train_rates)}")
-    print(f"train.py overhead vs bare loop: {1 - train_rate / bare_rate:+.1%}")
+
+
+def bench_clock(bench: BenchConfig, device: torch.device):
+    """The clock of the timings: wall time, or this process's CPU time (a CPU-only measure: the GPU runs apart)."""
+    if bench.clock == "cpu" and device.type != "cpu":
+        raise ValueError(f"clock='cpu' measures CPU work only; device={device} needs clock='wall'")
+    return time.process_time if bench.clock == "cpu" else time.perf_counter
+
+
+def decode_floor_seconds(model: GPT, clock, batch_size: int = 1, repeats: int = 20) -> float:
+    """Seconds of the decode step's matrix products alone (every Linear of the model, one token per row)."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = [torch.randn(batch_size, w.size(1), device=w.device, dtype=w.dtype) for w in weights]
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeats):
+            synchronize(weights[0].device)
+            started = clock()
+            for x, w in zip(inputs, weights, strict=True):
+                F.linear(x, w)
+            synchronize(weights[0].device)
+            best = min(best, clock() - started)
+    return best
+
+
+def decode_rate(model: GPT, prompt: torch.Tensor, new_tokens: int, clock=time.perf_counter, **kwargs) -> float:
+    """Tokens/s (per sequence) of generating new_tokens after prompt, the prompt's own run included."""
+    device = prompt.device
+    synchronize(device)
+    started = clock()
+    model.generate(prompt, new_tokens, temperature=0.8, top_k=200, **kwargs)
+    synchronize(device)
+    return new_tokens / (clock() - started)
+
+
+@torch.no_grad()
+def decode_step_rate(model: GPT, step, clock, repeats: int = 50) -> float:
+    """Tokens/s of the decode step alone (eager or compiled), batch 1, half-way through a full-size cache."""
+    cache = model.make_cache(1)
+    device = model.input_layer.wte.device
+    model(torch.zeros((1, model.config.block_size // 2), dtype=torch.long, device=device), cache=cache)
+    token = torch.zeros((1, 1), dtype=torch.long, device=device)
+    step(token, torch.full((1,), cache.length, device=device), cache)  # warm-up
+    synchronize(device)
+    started = clock()
+    for _ in range(repeats):  # each call writes the same position again
+        step(token, torch.full((1,), cache.length, device=device), cache)
+    synchronize(device)
+    return repeats / (clock() - started)
 
 
 def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> None:
     device = choose_device(config.device)
     torch.manual_seed(config.seed)
     model = GPT(replace(model_config, vocab_size=bench.sample_vocab_size, dropout=0.0)).to(device).eval()
-    prompt = torch.zeros((1, 1), dtype=torch.long, device=device)
-    rates = {}
-    for use_cache in (True, False):
-        model.generate(prompt, 8, use_cache=use_cache)  # warm-up
-        synchronize(device)
+    block_size, batch = model_config.block_size, bench.sample_batch
+    clock = bench_clock(bench, device)
+    prompt = torch.randint(bench.sample_vocab_size, (1, block_size), device=device)
+    runs = {"crop loop (no cache, slide=1)": (1, bench.crop_tokens, {"use_cache": False, "slide": 1})}
+    for rows in (1, batch):
+        runs[f"KV cache, batch {rows}"] = (rows, bench.max_new_tokens, {})
+        runs[f"KV cache, compiled, batch {rows}"] = (rows, bench.max_new_tokens, {"compile": True})
+    rates = {name: [] for name in [*runs, "decode step alone, eager", "decode step alone, compiled"]}
+    floors = []
+    for name, (rows, _, kwargs) in runs.items():
         started = time.perf_counter()
-        model.generate(prompt, bench.max_new_tokens, temperature=0.0, use_cache=use_cache)
-        synchronize(device)
-        rates[use_cache] = bench.max_new_tokens / (time.perf_counter() - started)
-    print(f"device {device}, {torch.get_num_threads()} threads; {model.get_num_params():,} parameters, "
-          f"block_size {model_config.block_size}, {bench.max_new_tokens} new tokens, batch 1")
-    print(f"KV cache : {rates[True]:8,.0f} tokens/s")
-    print(f"no cache : {rates[False]:8,.0f} tokens/s")
-    print(f"speed-up : {rates[True] / rates[False]:8.1f}x")
+        decode_rate(model, prompt.expand(rows, -1), 8, **kwargs)  # warm-up
+        if kwargs.get("compile"):
+            print(f"{name}: first call (compilation) {time.perf_counter() - started:.1f} s")
+    for _ in range(bench.rounds):
+        floors.append(1 / decode_floor_seconds(model, clock))
+        rates["decode step alone, eager"].append(decode_step_rate(model, model.decode_step, clock))
+        rates["decode step alone, compiled"].append(decode_step_rate(model, compiled_decode_step(model), clock))
+        for name, (rows, new_tokens, kwargs) in runs.items():
+            rates[name].append(decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, **kwargs))
+    floor = statistics.median(floors)
+    crop = statistics.median(rates["crop loop (no cache, slide=1)"])
+    print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
+          f"{model.get_num_params():,} parameters, block_size {block_size}; prompt of {block_size} tokens, "
+          f"{bench.max_new_tokens} new ({bench.crop_tokens} for the crop loop), temperature 0.8, top_k 200")
+    print(f"{'matmul floor, batch 1':37} {floor:9,.0f} tokens/s")
+    for name in ("decode step alone, eager", "decode step alone, compiled"):
+        rate = statistics.median(rates[name])
+        print(f"{name:37} {rate:9,.0f} tokens/s {rate / floor:6.1%} of floor")
+    for name, (rows, _, _) in runs.items():
+        rate = statistics.median(rates[name]) * rows
+        of_floor = f"{rate / floor:6.1%} of floor" if rows == 1 else " " * 15
+        print(f"{name:37} {rate:9,.0f} tokens/s {of_floor} {rate / crop:7.1f}x the crop loop  "
+              f"rounds {', '.join(f'{r * rows:,.0f}' for r in rates[name])}")
 
 
 def main(argv: list[str]) -> None:

@@ -97,8 +97,11 @@ class InputLayer(nn.Module):
 
     def forward(self, idx: torch.Tensor, past_length: int = 0) -> torch.Tensor:
         check_positions(self.config, idx.size(1), past_length)
+        return self.embed(idx, torch.arange(past_length, past_length + idx.size(1), device=idx.device))
+
+    def embed(self, idx: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """forward at positions (T,) given as a tensor, unchecked: the entry of the compiled decode step."""
         h = F.embedding(idx, self.wte)
-        positions = torch.arange(past_length, past_length + idx.size(1), device=idx.device)
         pe = self.position_encoding(positions)
         if pe is not None:
             h = h + pe.to(h.dtype)
@@ -169,39 +172,55 @@ def alibi_slopes(n_head: int) -> list[float]:
     return slopes_c + slopes_2c[0::2][:n_head - c]
 
 
-def attention_mask(config: GPTConfig, past_length: int, seq_len: int, device) -> torch.Tensor | None:
-    """The mask of seq_len new queries over past_length cached keys and themselves, shared by every layer.
+def attention_mask(config: GPTConfig, positions: torch.Tensor, key_length: int, cached: bool) -> torch.Tensor | None:
+    """The mask of queries at positions (T,) over the keys at positions 0 .. key_length-1, shared by every layer.
 
-    None where SDPA's own is_causal mask is right: it aligns top-left, so it is wrong only for several
-    queries after a cache, which sit bottom-right (positions past_length + t). With alibi, a float bias
-    (n_head, seq_len, past_length + seq_len): -m_h * (query_pos - key_pos), -inf above the diagonal.
+    Without a cache the keys are the queries' own tokens (positions 0 .. T-1) and SDPA's is_causal is right:
+    None. With a cache, the queries attend to the whole preallocated cache (fixed shapes for the compiled decode
+    step), and the mask hides every key after the query: those not written yet, or left from an earlier window.
+    With alibi, a float bias (n_head, T, key_length): -m_h * (query_pos - key_pos), -inf after the query.
     """
-    key_pos = torch.arange(past_length + seq_len, device=device)
-    query_pos = torch.arange(past_length, past_length + seq_len, device=device)
+    key_pos = torch.arange(key_length, device=positions.device)
     if config.pos_encoding == "alibi":
-        slopes = torch.tensor(alibi_slopes(config.n_head), device=device)
-        distance = (query_pos[:, None] - key_pos[None, :]).float()
+        slopes = torch.tensor(alibi_slopes(config.n_head), device=positions.device)
+        distance = (positions[:, None] - key_pos[None, :]).float()
         # added after SDPA's 1/sqrt(head_dim) scaling of q.k, and not scaled itself, as in the paper
         return (-slopes[:, None, None] * distance).masked_fill(distance < 0, float("-inf"))
-    if past_length > 0 and seq_len > 1:
-        return key_pos[None, :] <= query_pos[:, None]
-    return None
+    return key_pos[None, :] <= positions[:, None] if cached else None
 
 
 class KVCache:
     """Keys and values of the tokens seen so far, preallocated for max_length positions in every layer."""
 
-    def __init__(self, config: GPTConfig, batch_size: int, max_length: int, device, dtype: torch.dtype):
-        head_dim = config.n_embd // config.n_head
-        shape = (config.n_layer, batch_size, config.n_head, max_length, head_dim)
-        self.keys = torch.zeros(shape, device=device, dtype=dtype)
-        self.values = torch.zeros(shape, device=device, dtype=dtype)
-        self.batch_size = batch_size
-        self.max_length = max_length
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
+        # One (batch_size, n_head, max_length, head_dim) tensor per layer: the compiled decode step then writes
+        # each in place (a slice of one tensor for all layers was copied whole at every step: measured).
+        self.keys, self.values = keys, values
+        self.batch_size, self.max_length = keys[0].size(0), keys[0].size(2)
         self.length = 0  # past_length: positions already cached
 
     def reset(self) -> None:
         self.length = 0
+
+    def check_room(self, batch_size: int, seq_len: int) -> None:
+        """Refuse seq_len more tokens of batch_size rows that this cache cannot hold."""
+        if batch_size != self.batch_size:
+            raise ValueError(f"idx has batch size {batch_size} but the KV cache holds {self.batch_size}")
+        if self.length + seq_len > self.max_length:
+            raise ValueError(f"KV cache overflow: past_length={self.length} + T={seq_len} exceeds the cache's "
+                             f"max_length={self.max_length}")
+
+    def first_row(self) -> "KVCache":
+        """A batch-1 cache that writes into row 0 of this one (a view: no copy)."""
+        row = KVCache([k[:1] for k in self.keys], [v[:1] for v in self.values])
+        row.length = self.length
+        return row
+
+    def copy_first_row(self, length: int) -> None:
+        """Give every row the first row's cache: one prompt run once for all samples of a batch."""
+        for tensor in (*self.keys, *self.values):
+            tensor[1:, :, :length] = tensor[:1, :, :length]
+        self.length = length
 
 
 class CausalSelfAttention(nn.Module):
@@ -213,10 +232,11 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                past_length: int = 0, mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor,
+                kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None, mask: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """mask from attention_mask (None: causal), rope the (cos, sin) of rope_angles or None."""
+        """x (B, T, C) at positions (T,); mask from attention_mask (None: causal), rope the (cos, sin) of
+        rope_angles or None. With kv_cache, attends to the whole cache after writing k and v at positions."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
@@ -224,9 +244,10 @@ class CausalSelfAttention(nn.Module):
             q, k = rotate(q, *rope), rotate(k, *rope)  # before caching: the cache holds rotated keys
         if kv_cache is not None:
             cache_k, cache_v = kv_cache
-            cache_k[:, :, past_length:past_length + T] = k
-            cache_v[:, :, past_length:past_length + T] = v
-            k, v = cache_k[:, :, :past_length + T], cache_v[:, :, :past_length + T]
+            # Written by position, not by a slice of Python ints: the shapes stay the same at every step.
+            cache_k.index_copy_(2, positions, k.to(cache_k.dtype))
+            cache_v.index_copy_(2, positions, v.to(cache_v.dtype))
+            k, v = cache_k, cache_v
         if mask is not None and mask.is_floating_point():
             mask = mask.to(q.dtype)  # SDPA wants a float mask in the query's dtype (bf16 under autocast)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
@@ -235,16 +256,28 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(self.c_proj(y))
 
 
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+
+    Compiled, it is written with a sigmoid instead (1 + tanh z = 2 sigmoid(2z): the same function), in float32:
+    torch.compile's CPU tanh made the baby model's training step 4% slower than with the sigmoid (measured).
+    Eager, torch's own kernel is the fastest.
+    """
+    if not torch.compiler.is_compiling():
+        return F.gelu(x, approximate="tanh")
+    x32 = x.float()
+    return (x32 * torch.sigmoid(2 * math.sqrt(2 / math.pi) * (x32 + 0.044715 * x32 * x32 * x32))).to(x.dtype)
+
+
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU(approximate="tanh")
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+        return self.dropout(self.c_proj(gelu_tanh(self.c_fc(x))))
 
 
 class Block(nn.Module):
@@ -255,9 +288,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, kv_cache=None, past_length: int = 0, mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv_cache=None, mask: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), kv_cache, past_length, mask, rope)
+        x = x + self.attn(self.ln_1(x), positions, kv_cache, mask, rope)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -301,8 +334,10 @@ class GPT(nn.Module):
 
     def make_cache(self, batch_size: int, max_length: int | None = None, dtype: torch.dtype | None = None) -> KVCache:
         """An empty KV cache for batch_size sequences of up to max_length (default block_size) positions."""
-        wte = self.input_layer.wte
-        return KVCache(self.config, batch_size, max_length or self.config.block_size, wte.device, dtype or wte.dtype)
+        c, wte = self.config, self.input_layer.wte
+        shape = (batch_size, c.n_head, max_length or c.block_size, c.n_embd // c.n_head)
+        return KVCache(*([torch.zeros(shape, device=wte.device, dtype=dtype or wte.dtype) for _ in range(c.n_layer)]
+                         for _ in range(2)))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -316,34 +351,42 @@ class GPT(nn.Module):
         check_token_ids(idx, self.config.vocab_size)
         past_length = 0 if cache is None else cache.length
         if cache is not None:
-            if idx.size(0) != cache.batch_size:
-                raise ValueError(f"idx has batch size {idx.size(0)} but the KV cache holds {cache.batch_size}")
-            if past_length + idx.size(1) > cache.max_length:
-                raise ValueError(f"KV cache overflow: past_length={past_length} + T={idx.size(1)} exceeds "
-                                 f"the cache's max_length={cache.max_length}")
+            cache.check_room(idx.size(0), idx.size(1))
         x = self.input_layer(idx, past_length)
-        # Built once for all layers: the mask (alibi's bias) and rope's cos and sin at the positions in use.
-        T, c = idx.size(1), self.config
-        mask = attention_mask(c, past_length, T, idx.device)
-        rope = None
-        if c.pos_encoding == "rope":
-            positions = torch.arange(past_length, past_length + T, device=idx.device)
-            rope = rope_angles(positions, c.n_embd // c.n_head, c.rope_base)
-        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
-        for layer, block in enumerate(self.blocks):
-            kv = None if cache is None else (cache.keys[layer], cache.values[layer])
-            if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
-                x = checkpoint(block, x, kv, past_length, mask, rope, use_reentrant=False)
-            else:
-                x = block(x, kv, past_length, mask, rope)
+        logits = self.blocks_and_head(x, torch.arange(past_length, past_length + idx.size(1), device=idx.device),
+                                      cache)
         if cache is not None:
             cache.length += idx.size(1)
-        logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:
             check_token_ids(targets, self.config.vocab_size, "target", ignore=-1)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def blocks_and_head(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """Logits (B, T, vocab_size) of the embedded x (B, T, n_embd) at positions (T,); with a cache, writes
+        its keys and values at those positions (the caller counts cache.length)."""
+        c = self.config
+        # Built once for all layers: the mask (alibi's bias) and rope's cos and sin at the positions in use.
+        key_length = x.size(1) if cache is None else cache.max_length
+        mask = attention_mask(c, positions, key_length, cached=cache is not None)
+        rope = rope_angles(positions, c.n_embd // c.n_head, c.rope_base) if c.pos_encoding == "rope" else None
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
+        for layer, block in enumerate(self.blocks):
+            kv = None if cache is None else (cache.keys[layer], cache.values[layer])
+            if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
+                x = checkpoint(block, x, positions, kv, mask, rope, use_reentrant=False)
+            else:
+                x = block(x, positions, kv, mask, rope)
+        return self.lm_head(self.ln_f(x))
+
+    def decode_step(self, token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits (B, vocab_size) of token (B, 1) at position (1,), its keys and values written into the cache.
+
+        Fixed shapes, no checks and no host sync, so that it compiles to one graph (compiled_decode_step); the
+        caller checks the position and counts cache.length.
+        """
+        return self.blocks_and_head(self.input_layer.embed(token, position), position, cache)[:, -1]
 
     def crop_block_size(self, block_size: int) -> None:
         """Shrink the context length, e.g. to finetune GPT-2 (1024) with a smaller block_size."""
@@ -354,13 +397,17 @@ class GPT(nn.Module):
             self.input_layer.wpe = nn.Parameter(self.input_layer.wpe[:block_size].detach().clone())
 
     def configure_optimizers(self, weight_decay: float, learning_rate: float, betas: tuple[float, float],
-                             device_type: str) -> torch.optim.AdamW:
-        """AdamW with weight decay on matrices (embeddings included) and none on biases and LayerNorm gains."""
+                             device_type: str, fused: bool | None = None) -> torch.optim.AdamW:
+        """AdamW with weight decay on matrices (embeddings included) and none on biases and LayerNorm gains.
+
+        fused: one fused kernel per step; None uses it where this torch has it for device_type, False is foreach.
+        """
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        # fused needs every parameter on the GPU; foreach is the fast path elsewhere.
-        fused = device_type == "cuda"
+        # One fused kernel per step where torch has it for the device (CUDA; CPU and MPS since torch 2.4): on the
+        # CPU baby model its step is 2.3x faster than foreach (bench.py's optimizer column). Elsewhere foreach.
+        fused = device_type in fused_adamw_devices() if fused is None else fused
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused, foreach=None if fused else True)
 
     def flops_per_token(self, seq_len: int) -> float:
@@ -371,8 +418,8 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                         top_k: int | None = None, top_p: float | None = None, slide: int | None = None,
-                        use_cache: bool = True, generator: torch.Generator | None = None,
-                        vocab_size: int | None = None):
+                        use_cache: bool = True, generator: torch.Generator | list[torch.Generator] | None = None,
+                        vocab_size: int | None = None, compile: bool = False):
         """Yield max_new_tokens tokens, each (B, 1), continuing idx (B, T).
 
         The context window holds at most block_size tokens. When it is full, the oldest `slide` tokens
@@ -380,6 +427,8 @@ class GPT(nn.Module):
         values carry their positions and cannot be shifted. slide=1 is nanoGPT's crop-every-step.
         use_cache=False runs the whole window every step (the slow reference) under the same policy.
         vocab_size limits sampling to ids below it: the rows that pad a vocabulary (50257 -> 50304) are no tokens.
+        compile=True runs each new token through the compiled decode step (compiled_decode_step); the prompt
+        and the re-runs after a slide, whose lengths vary, stay eager. generator: see sample_next_token.
         """
         block_size = self.config.block_size
         slide = block_size // 2 if slide is None else slide
@@ -388,8 +437,9 @@ class GPT(nn.Module):
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
         context = idx[:, -block_size:]
-        cache = self.make_cache(idx.size(0)) if use_cache else None
-        logits = self(context, cache=cache)[0][:, -1]
+        cache = None if not use_cache else self.static_cache(idx.size(0)) if compile else self.make_cache(idx.size(0))
+        decode_step = compiled_decode_step(self) if compile and use_cache else self.decode_step
+        logits = self.prefill(context, cache)
         for step in range(max_new_tokens):
             next_token = sample_next_token(logits[:, :vocab_size], temperature, top_k, top_p, generator)
             yield next_token
@@ -399,10 +449,46 @@ class GPT(nn.Module):
                 context = torch.cat((context[:, slide:], next_token), dim=1)
                 if cache is not None:
                     cache.reset()
-                logits = self(context, cache=cache)[0][:, -1]
+                logits = self.prefill(context, cache)
             else:
                 context = torch.cat((context, next_token), dim=1)
-                logits = (self(next_token, cache=cache) if cache is not None else self(context))[0][:, -1]
+                logits = self(context)[0][:, -1] if cache is None else self.decode(next_token, cache, decode_step)
+
+    def decode(self, token: torch.Tensor, cache: KVCache, decode_step=None) -> torch.Tensor:
+        """Logits (B, vocab_size) of one new token (B, 1) per row after the cache, through decode_step (default
+        self.decode_step; or its compiled form); the checks run here, on the host, with no device sync."""
+        cache.check_room(token.size(0), 1)
+        check_positions(self.config, 1, cache.length)
+        position = torch.full((1,), cache.length, dtype=torch.long, device=token.device)
+        logits = (decode_step or self.decode_step)(token, position, cache)
+        cache.length += 1
+        return logits
+
+    def static_cache(self, batch_size: int) -> KVCache:
+        """An empty cache for the compiled decode step, kept on the model and reused by later calls.
+
+        With CUDA graphs the step writes the cache at fixed addresses, marked static; a new cache each call
+        would record a new graph and recompile.
+        """
+        cache, wte = getattr(self, "_static_cache", None), self.input_layer.wte
+        if cache is None or (cache.batch_size, cache.max_length, cache.keys[0].device, cache.keys[0].dtype) != (
+                batch_size, self.config.block_size, wte.device, wte.dtype):
+            cache = self.make_cache(batch_size)
+            if wte.is_cuda:
+                for tensor in (*cache.keys, *cache.values):
+                    torch._dynamo.mark_static_address(tensor)
+            self._static_cache = cache
+        cache.reset()
+        return cache
+
+    def prefill(self, context: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """Last-position logits (B, vocab_size) of context (B, T), cached; a prompt shared by all rows runs once."""
+        shared = cache is not None and context.size(0) > 1 and torch.equal(context, context[:1].expand_as(context))
+        if not shared:
+            return self(context, cache=cache)[0][:, -1]
+        logits = self(context[:1], cache=cache.first_row())[0][:, -1]
+        cache.copy_first_row(context.size(1))
+        return logits.expand(context.size(0), -1)
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
@@ -517,15 +603,41 @@ def download_hf_gpt2(name: str) -> Path:
                            "pass a local directory holding config.json and model.safetensors instead") from e
 
 
+def compiled_decode_step(model: GPT):
+    """model.decode_step compiled to one graph with fixed shapes; on CUDA with CUDA graphs (reduce-overhead),
+    which replay the step's hundred small kernels as one launch. The first call per batch size compiles."""
+    mode = "reduce-overhead" if model.input_layer.wte.is_cuda else "default"
+    return torch.compile(model.decode_step, mode=mode, fullgraph=True, dynamic=False)
+
+
+def fused_adamw_devices() -> tuple[str, ...]:
+    """Device types for which this torch has a fused AdamW kernel."""
+    from torch.utils import _foreach_utils
+
+    # Private, but what torch itself checks `fused=True` against (it lists the CPU from torch 2.4 on); a torch
+    # without it gets the CUDA-only answer of its time.
+    return tuple(getattr(_foreach_utils, "_get_fused_kernels_supported_devices", lambda: ["cuda"])())
+
+
 def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy."""
+                      top_p: float | None = None,
+                      generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
+    """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy.
+
+    generator: one for the batch (its rows draw one after the other), or a list of one per row, so that a row
+    draws the same numbers whatever the batch holds.
+    """
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature={temperature} must be a finite number >= 0 (0 means greedy)")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    logits = filter_logits(logits.float() / temperature, top_k, top_p)
-    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+    probs = F.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
+    if not isinstance(generator, list):
+        return torch.multinomial(probs, num_samples=1, generator=generator)
+    if len(generator) != probs.size(0):
+        raise ValueError(f"{len(generator)} generators for a batch of {probs.size(0)} rows; give one per row")
+    return torch.cat([torch.multinomial(row, num_samples=1, generator=g)
+                      for row, g in zip(probs.split(1), generator, strict=True)])
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:

@@ -806,3 +806,12 @@ def test_activation_checkpointing_gives_the_same_gradients_and_recomputes_each_b
     for (name, a), b in zip(plain.named_parameters(), recomputed.parameters(), strict=True):
         assert a.grad.norm() > 0, name
         torch.testing.assert_close(b.grad, a.grad, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_compiled_gelu_is_gpt2s_tanh_gelu():
+    x = torch.linspace(-8, 8, 4001, dtype=torch.float32)
+    x64 = x.double()
+    expected = 0.5 * x64 * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    assert max_abs(M.gelu_tanh(x), expected) < 1e-6  # eager: torch's kernel
+    assert max_abs(torch.compile(M.gelu_tanh)(x), expected) < 1e-6  # compiled: the sigmoid form

@@ -57,16 +57,26 @@ def test_unknown_characters_are_named():
         encode_prompt(CharTokenizer.from_text("abc"), "axbz", 8)
 
 
-def test_cached_and_uncached_samples_agree_across_the_window(trained_run):
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_cached_and_uncached_samples_agree_across_the_window(trained_run, compile):
     model, tokenizer = load_model("resume", str(trained_run))
     assert model.config.block_size == 16
     for slide in (None, 1):
         config = SampleConfig(start="All:", num_samples=2, max_new_tokens=48, temperature=1.0, top_k=5, top_p=0.9,
-                              slide=slide, seed=3)
+                              slide=slide, seed=3, compile=compile)
         cached = sample(model, tokenizer, config)
-        uncached = sample(model, tokenizer, SampleConfig(**{**config.__dict__, "no_cache": True}))
+        uncached = sample(model, tokenizer, SampleConfig(**{**config.__dict__, "no_cache": True, "compile": False}))
         assert cached == uncached
         assert all(s.startswith("All:") and len(s) == 4 + 48 for s in cached)
+
+
+def test_each_sample_comes_out_the_same_alone(trained_run):
+    model, tokenizer = load_model("resume", str(trained_run))
+    config = SampleConfig(start="All:", num_samples=3, max_new_tokens=40, temperature=1.0, seed=7)
+    together = sample(model, tokenizer, config)
+    assert len(set(together)) == 3
+    for i, text in enumerate(together):
+        assert sample(model, tokenizer, SampleConfig(**{**config.__dict__, "num_samples": 1, "seed": 7 + i})) == [text]
 
 
 def test_streamed_text_is_the_first_sample(trained_run):
@@ -75,6 +85,20 @@ def test_streamed_text_is_the_first_sample(trained_run):
     samples = sample(model, tokenizer, SampleConfig(start="Speak", num_samples=2, max_new_tokens=20),
                      on_text=pieces.append)
     assert "".join(pieces) == samples[0]
+    assert len(pieces) == 1 + 20  # the prompt, then one piece per character token
+
+
+@pytest.mark.slow
+def test_cli_compiled_decoding_prints_the_same_samples(trained_run, script_env):
+    def run(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "sample.py", f"--out_dir={trained_run}", "--start=All", "--seed=5",
+                               "--max_new_tokens=40", "--device=cpu", "--stream", *flags], cwd=REPO,
+                              capture_output=True, text=True, timeout=300, env=script_env)
+
+    eager, compiled = run(), run("--compile")
+    assert compiled.returncode == 0, compiled.stderr
+    assert compiled.stdout == eager.stdout and compiled.stdout.startswith("All")
+    assert "compiled decode step: its compilation included" in compiled.stderr
 
 
 def test_stream_sends_the_text_still_pending_at_the_end():

@@ -1,0 +1,154 @@
+"""Decoding: the static KV cache and the compiled decode step against the uncached forward (the reference), the
+prompt shared by a batch, and the text streamed piece by piece. Compiling is slow (seconds per encoding), so the
+compiled tests are few, marked slow, and each compiles one graph that serves all of its checks.
+"""
+
+import pytest
+import torch
+from test_model import BLOCK, max_abs, random_ids, tiny_model
+
+import model as M
+from sample import incremental_text
+from tokenizer import GPT2Tokenizer
+
+
+def eager_and_compiled_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor):
+    """Logits of every decode step over `tokens` after the prompt, eager and compiled, each in its own cache."""
+    runs = []
+    for step in (model.decode_step, M.compiled_decode_step(model)):
+        cache = model.make_cache(prompt.size(0))
+        model(prompt, cache=cache)
+        # contiguous, as generate's tokens are: a strided one would be a new graph
+        runs.append(torch.stack([model.decode(tokens[:, i:i + 1].contiguous(), cache, step)
+                                 for i in range(tokens.size(1))]))
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pos_encoding", M.POS_ENCODINGS)
+@torch.no_grad()
+def test_compiled_decoding_equals_eager_and_uncached(pos_encoding):
+    model = tiny_model(pos_encoding)
+    prompt = random_ids(2, 5, seed=20)
+    eager, compiled = eager_and_compiled_logits(model, prompt, random_ids(2, BLOCK - 5, seed=21))
+    assert max_abs(compiled, eager) < 1e-5
+    # the reference: the full uncached forward over prompt and tokens gives the same last-position logits
+    full = model(torch.cat((prompt, random_ids(2, BLOCK - 5, seed=21)), dim=1))[0][:, 5:]
+    assert max_abs(compiled.transpose(0, 1), full) < 1e-4
+    # generation across three window slides (and nanoGPT's crop, slide=1): the same tokens as without a cache
+    for slide, kw in ((None, dict(temperature=0)), (3, dict(temperature=1.0, top_k=10)), (1, dict(temperature=0))):
+        runs = [model.generate(prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(5), **kw,
+                               **options) for options in ({"compile": True}, {"use_cache": False})]
+        assert torch.equal(runs[0], runs[1]), (slide, kw)
+
+
+@pytest.mark.parametrize("pos_encoding", M.POS_ENCODINGS)
+@torch.no_grad()
+def test_cached_generation_equals_uncached_for_every_encoding(pos_encoding):
+    """The eager static cache: whole-cache attention behind a position mask, stale keys of earlier windows hidden."""
+    model = tiny_model(pos_encoding)
+    prompt = random_ids(3, 7, seed=22)
+    for slide, kw in ((None, dict(temperature=0)), (5, dict(temperature=1.0, top_p=0.9))):
+        cached = model.generate(prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(1), **kw)
+        uncached = model.generate(prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(1),
+                                  use_cache=False, **kw)
+        assert torch.equal(cached, uncached), slide
+
+
+@torch.no_grad()
+def test_decode_refuses_an_overflow_with_the_forward_error():
+    model = tiny_model("rope")
+    cache = model.make_cache(2, max_length=6)
+    model(random_ids(2, 6), cache=cache)
+    message = r"KV cache overflow: past_length=6 \+ T=1 exceeds the cache's max_length=6"
+    with pytest.raises(ValueError, match=message):
+        model(random_ids(2, 1), cache=cache)
+    with pytest.raises(ValueError, match=message):
+        model.decode(random_ids(2, 1), cache)
+    with pytest.raises(ValueError, match="idx has batch size 1 but the KV cache holds 2"):
+        model.decode(random_ids(1, 1), cache)
+    assert cache.length == 6
+
+
+@torch.no_grad()
+def test_learned_positions_past_the_table_are_refused_by_decode():
+    model = tiny_model("learned")
+    cache = model.make_cache(1, max_length=2 * BLOCK)
+    model(random_ids(1, BLOCK), cache=cache)
+    with pytest.raises(ValueError, match=f"position {BLOCK} is out of range"):
+        model.decode(random_ids(1, 1), cache)
+
+
+@torch.no_grad()
+def test_shared_prompt_runs_once_and_fills_every_row():
+    model = tiny_model("alibi")
+    batch_sizes = []
+    model.blocks[0].register_forward_hook(lambda module, args, out: batch_sizes.append(args[0].size(0)))
+    prompt = random_ids(1, 9, seed=23)
+    cache = model.make_cache(4)
+    logits = model.prefill(prompt.expand(4, -1), cache)
+    assert batch_sizes == [1]
+    alone = model.make_cache(1)
+    expected = model(prompt, cache=alone)[0][:, -1]
+    assert cache.length == alone.length == 9
+    assert max_abs(logits, expected.expand(4, -1)) == 0
+    for shared, single in zip(cache.keys + cache.values, alone.keys + alone.values, strict=True):
+        assert torch.equal(shared[:, :, :9], single[:, :, :9].expand(4, -1, -1, -1))
+    batch_sizes.clear()
+    model.prefill(random_ids(4, 9, seed=24), model.make_cache(4))  # different rows: run as a batch
+    assert batch_sizes == [4]
+
+
+@pytest.mark.parametrize("pos_encoding", ["learned", "rope"])
+@torch.no_grad()
+def test_batch_with_a_shared_prompt_samples_each_row_as_alone(pos_encoding):
+    """One generator per row: row i of the batch is what that row's seed gives alone, across window slides."""
+    model = tiny_model(pos_encoding)
+    prompt = random_ids(1, 6, seed=25)
+    kw = dict(temperature=1.0, top_k=10, slide=5)
+    seeds = [10, 11, 12, 13]
+    together = model.generate(prompt.expand(4, -1), 2 * BLOCK,
+                              generator=[torch.Generator().manual_seed(s) for s in seeds], **kw)
+    assert len({tuple(row) for row in together.tolist()}) == 4
+    for row, seed in enumerate(seeds):
+        alone = model.generate(prompt, 2 * BLOCK, generator=[torch.Generator().manual_seed(seed)], **kw)
+        assert torch.equal(alone, together[row:row + 1]), row
+    with pytest.raises(ValueError, match="3 generators for a batch of 4 rows; give one per row"):
+        model.generate(prompt.expand(4, -1), 2, generator=[torch.Generator()] * 3)
+
+
+@torch.no_grad()
+def test_shared_prompt_sampling_equals_the_unshared_reference():
+    model = tiny_model("sinusoidal")
+    prompt = random_ids(1, 6, seed=26).expand(4, -1)
+    kw = dict(temperature=1.0, top_k=8, slide=4)
+    shared = model.generate(prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(2), **kw)
+    reference = model.generate(prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(2), use_cache=False, **kw)
+    assert torch.equal(shared, reference)
+    assert len({tuple(row) for row in shared.tolist()}) > 1  # the rows did sample apart
+
+
+class CountingTokenizer:
+    """Counts the ids it is asked to decode."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.decoded = tokenizer, 0
+
+    def decode(self, ids: list[int]) -> str:
+        self.decoded += len(ids)
+        return self.tokenizer.decode(ids)
+
+
+def test_incremental_text_decodes_each_token_once_and_sends_the_rest():
+    tokenizer = GPT2Tokenizer()
+    text = "a 😀 b 你好, and on " * 20
+    ids = tokenizer.encode(text)
+    counting = CountingTokenizer(tokenizer)
+    pieces = list(incremental_text(counting, iter(ids)))
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in piece for piece in pieces)  # a multi-byte character is never split
+    assert counting.decoded <= 2 * len(ids)  # each token decoded about once, not the whole text per token
+    # a stream that stops inside a character still sends what it has
+    cut = ids[:ids.index(tokenizer.encode(" 😀")[-1])]
+    assert tokenizer.decode(cut).endswith("\ufffd")
+    assert "".join(incremental_text(tokenizer, iter(cut))) == tokenizer.decode(cut)
