@@ -1,0 +1,265 @@
+"""The plots of a study (ablate.py): one function per figure, each reading the study's records and summary."""
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from paired_stats import CONFIDENCE, interval
+
+BAND = f"bands: {CONFIDENCE:.0%} t interval over seeds"
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 12, "axes.titlesize": 13, "figure.titlesize": 15, "legend.fontsize": 10,
+                         "axes.grid": True, "grid.alpha": 0.3})
+    return plt
+
+
+def colors(cells: list[str]) -> dict[str, str]:
+    palette = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink", "gray", "olive",
+                                    "cyan")]
+    return {cell: palette[i % len(palette)] for i, cell in enumerate(cells)}
+
+
+def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds (axis 0) and the lower and upper ends of its interval; no band for one seed."""
+    means, halves = np.array([interval(column.tolist()) for column in values.T]).T
+    halves = np.nan_to_num(halves)
+    return means, means - halves, means + halves
+
+
+def save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+
+
+def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str:
+    """Validation estimate against step: the whole run, and the second half zoomed in, where the cells differ."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
+    palette = colors(cells)
+    tail_values = []
+    for cell in cells:
+        runs = [r for r in records if r["variant"] == cell]
+        steps = sorted(set.intersection(*(set(e["iter"] for e in r["evals"]) for r in runs)))
+        losses = np.array([[next(e["val_loss"] for e in r["evals"] if e["iter"] == s) for s in steps] for r in runs])
+        mean, low, high = band(losses)
+        for ax in axes:
+            ax.plot(steps, mean, color=palette[cell], marker="o", markersize=3, label=cell)
+            ax.fill_between(steps, low, high, color=palette[cell], alpha=0.25, linewidth=0)
+        tail = [i for i, s in enumerate(steps) if s >= max(steps) / 2]
+        tail_values += [low[tail].min(), high[tail].max(), steps[tail[0]], steps[-1]]
+    low, high = min(tail_values[0::4]), max(tail_values[1::4])
+    start, end = max(tail_values[2::4]), max(tail_values[3::4])
+    margin = 0.05 * (high - low) + 1e-3
+    axes[1].set_xlim(start - 0.02 * (end - start), end + 0.02 * (end - start) + 1e-9)
+    axes[1].set_ylim(low - margin, high + margin)
+    axes[0].set_title("Whole run")
+    axes[1].set_title("Second half, zoomed in")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.set_ylabel("val loss estimate (nats/token)")
+        ax.legend()
+    fig.suptitle(f"Validation loss during training (train.py's estimate; {BAND})")
+    fig.tight_layout()
+    save(fig, study_dir / "training.png")
+    return "training"
+
+
+def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict, protocols: list[str]) -> str:
+    """Mean val loss against eval length, one panel per protocol, with the seed interval as a band."""
+    plt = pyplot()
+    block_size, lengths = study["block_size"], study["lengths"]
+    fig, axes = plt.subplots(1, len(protocols), figsize=(7.5 * len(protocols), 6), sharey=True, squeeze=False)
+    palette = colors([row["variant"] for row in rows])
+    for ax, protocol in zip(axes[0], protocols, strict=True):
+        for row in rows:
+            points = [(n, *row["loss"][f"{protocol} {n}"]) for n in lengths if row["loss"][f"{protocol} {n}"]]
+            if not points:
+                continue
+            ns, means, halves = np.array(points).T
+            halves = np.nan_to_num(halves)
+            ax.plot(ns, means, color=palette[row["variant"]], marker="o", label=row["variant"])
+            ax.fill_between(ns, means - halves, means + halves, color=palette[row["variant"]], alpha=0.2, linewidth=0)
+        ax.axvline(block_size, color="gray", linestyle="--", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [f"{n}\n({n / block_size:g}x)" for n in lengths])
+        ax.minorticks_off()
+        ax.set_xlabel("eval window length L (tokens); dashed: block_size")
+        what = ("whole window as context" if protocol == "nonoverlapping"
+                else f"at most {study['window']} tokens per forward")
+        ax.set_title(f"{protocol}: {what}")
+        ax.set_ylabel("mean val loss, whole val split (nats/token)")
+        ax.legend()
+    fig.suptitle(f"Loss against eval length (final models; {BAND})")
+    fig.tight_layout()
+    save(fig, study_dir / "loss_vs_length.png")
+    return "loss_vs_length"
+
+
+def position_curves(records: list[dict], cell: str, protocol: str, n: int) -> np.ndarray | None:
+    curves = [r["eval"]["protocols"].get(protocol, {}).get(str(n)) for r in records if r["variant"] == cell]
+    return None if None in curves or not curves else np.array([c["per_position"] for c in curves])
+
+
+def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cells: list[str]) -> str:
+    """Loss at each position of the windows: at block_size, and at the longest length under both protocols."""
+    plt = pyplot()
+    block_size, longest = study["block_size"], max(study["lengths"])
+    protocols = study["ablate_config"]["protocols"]
+    panels = [("nonoverlapping", block_size)] + [(p, longest) for p in protocols if longest > block_size]
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 6), squeeze=False)
+    palette = colors(cells)
+    smooth = max(1, block_size // 16)  # a moving mean: single positions of long windows are noisy
+    for ax, (protocol, n) in zip(axes[0], panels, strict=True):
+        for cell in cells:
+            curves = position_curves(records, cell, protocol, n)
+            if curves is None:
+                continue
+            if n > block_size and smooth > 1:
+                kernel = np.ones(smooth) / smooth
+                curves = np.array([np.convolve(c, kernel, mode="valid") for c in curves])
+            x = np.arange(curves.shape[1]) + (smooth - 1) / 2 * (n > block_size)
+            mean, low, high = band(curves)
+            ax.plot(x, mean, color=palette[cell], linewidth=1.5, label=cell)
+            ax.fill_between(x, low, high, color=palette[cell], alpha=0.2, linewidth=0)
+        if n > block_size:
+            ax.axvline(block_size - 0.5, color="gray", linestyle="--", linewidth=1)
+        ax.set_xlim(-0.5, n - 0.5)
+        ax.set_xlabel("position in the window" + (f" ({smooth}-position moving mean)" if n > block_size else ""))
+        ax.set_ylabel("mean val loss (nats/token)")
+        ax.set_title(f"{protocol}, L = {n} ({n / block_size:g}x block_size)")
+        ax.legend(fontsize=9)
+    fig.suptitle(f"Loss at each position of the eval windows (final models; {BAND})")
+    fig.tight_layout()
+    save(fig, study_dir / "loss_by_position.png")
+    return "loss_by_position"
+
+
+def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
+    """Paired differences as points with their intervals; filled: the interval excludes 0."""
+    y = np.arange(len(rows))[::-1]
+    for yi, row in zip(y, rows, strict=True):
+        color = "tab:red" if row["significant"] else "tab:gray"
+        ax.errorbar(row["mean"], yi, xerr=[[row["mean"] - row["low"]], [row["high"] - row["mean"]]], fmt="o",
+                    color=color, capsize=4, markerfacecolor=color if row["significant"] else "white")
+        ax.annotate(f" {row['a_wins']}/{row['n']} seeds", (row["high"], yi), fontsize=9, va="center")
+    ax.axvline(0, color="black", linewidth=1)
+    ax.set_yticks(y, labels)
+    ax.set_title(title)
+    ax.set_xlabel("loss difference a − b (nats/token); negative: a is better")
+
+
+def plot_paired(study_dir: Path, families: dict[str, list[dict]], study: dict, reference: str) -> str | None:
+    """The reference cell against every other cell at block_size, and each cell's extrapolation against its own
+    sliding window at the longest length."""
+    block_size, longest = study["block_size"], max(study["lengths"])
+    against = [r for r in families["training length"] if reference in (r["a"], r["b"])]
+    # Orient every row as other − reference.
+    against = [r if r["b"] == reference else {**r, "mean": -r["mean"], "low": -r["high"], "high": -r["low"],
+                                               "a": r["b"], "b": r["a"], "a_wins": r["b_wins"]} for r in against]
+    extrapolation = [r for r in families.get("extrapolation against the sliding window", [])
+                     if r["length"] == longest]
+    panels = [(against, [f"{r['a']} − {reference}" for r in against],
+               f"At L = block_size = {block_size}: cell − {reference}")]
+    if extrapolation:
+        panels.append((extrapolation, [r["a"] for r in extrapolation],
+                       f"At L = {longest}: whole window − sliding window, same model"))
+    panels = [p for p in panels if p[0]]
+    if not panels:
+        return None
+    plt = pyplot()
+    height = 1.5 + 0.45 * max(len(p[0]) for p in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), height), squeeze=False)
+    for ax, (rows, labels, title) in zip(axes[0], panels, strict=True):
+        forest(ax, rows, labels, title)
+    fig.suptitle(f"Paired differences over seeds, {CONFIDENCE:.0%} t intervals (red: excludes 0); "
+                 "annotation: seeds where a is lower")
+    fig.tight_layout()
+    save(fig, study_dir / "paired_differences.png")
+    return "paired_differences"
+
+
+def plot_similarity(study_dir: Path, tables: dict) -> str:
+    """Cosine similarity of the learned position rows, before and after training."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 6), layout="constrained")
+    for ax, (title, table) in zip(axes, tables["tables"].items(), strict=True):
+        rows = F.normalize(torch.as_tensor(table), dim=1)
+        image = ax.imshow((rows @ rows.T).numpy(), cmap="RdBu_r", vmin=-1, vmax=1, origin="upper")
+        ax.grid(False)  # grid lines would read as structure in the heatmap
+        ax.set_title(title)
+        ax.set_xlabel("position j")
+        ax.set_ylabel("position i")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity of rows i and j")
+    fig.suptitle(f"Learned position table (wpe) of {tables['cell']}, seed {tables['seed']}: row similarity")
+    save(fig, study_dir / "position_similarity.png")
+    return "position_similarity"
+
+
+def sweeps(records: list[dict]) -> list[tuple[str, dict[str, float]]]:
+    """Numeric settings that take 3 or more values over cells that differ in nothing else: (field, {cell: value})."""
+    configs = {}
+    for r in records:
+        configs[r["variant"]] = {**r["settings"]["train_config"], **r["settings"]["model_config"]}
+    varying = [k for k in next(iter(configs.values()))
+               if len({repr(c[k]) for c in configs.values()}) > 1]
+    found = []
+    for name in varying:
+        if not all(isinstance(c[name], (int, float)) and not isinstance(c[name], bool) for c in configs.values()):
+            continue
+        groups: dict[tuple, dict[str, float]] = {}
+        for cell, c in configs.items():
+            groups.setdefault(tuple(repr(c[k]) for k in varying if k != name), {})[cell] = c[name]
+        found += [(name, group) for group in groups.values() if len(set(group.values())) >= 3]
+    return found
+
+
+def plot_sweep(study_dir: Path, rows: list[dict], records: list[dict], study: dict) -> str | None:
+    """Loss against each swept setting, at block_size and at the longest length (non-overlapping windows)."""
+    found = sweeps(records)
+    if not found:
+        return None
+    plt = pyplot()
+    block_size, longest = study["block_size"], max(study["lengths"])
+    fig, axes = plt.subplots(len(found), 2, figsize=(13, 5 * len(found)), squeeze=False)
+    by_cell = {row["variant"]: row for row in rows}
+    for (name, group), pair in zip(found, axes, strict=True):
+        for ax, n in zip(pair, (block_size, longest), strict=True):
+            points = sorted((value, *by_cell[cell]["loss"][f"nonoverlapping {n}"]) for cell, value in group.items()
+                            if by_cell[cell]["loss"].get(f"nonoverlapping {n}"))
+            if not points:
+                continue
+            x, means, halves = np.array(points).T
+            ax.errorbar(x, means, yerr=np.nan_to_num(halves), marker="o", capsize=4)
+            if min(x) > 0 and max(x) / min(x) >= 10:
+                ax.set_xscale("log")
+            ax.set_xticks(x, [f"{v:g}" for v in x])
+            ax.minorticks_off()
+            ax.set_xlabel(name)
+            ax.set_ylabel("mean val loss (nats/token)")
+            ax.set_title(f"non-overlapping, L = {n} ({n / block_size:g}x)")
+    fig.suptitle(f"Sweep (final models; error bars: {CONFIDENCE:.0%} t interval over seeds)")
+    fig.tight_layout()
+    save(fig, study_dir / "sweep.png")
+    return "sweep"
+
+
+def plot_all(study_dir: Path, rows: list[dict], records: list[dict], families: dict[str, list[dict]], study: dict,
+             tables: dict | None, reference: str) -> list[str]:
+    """Every plot that the study has data for; their names (PNG files in study_dir)."""
+    cells = [row["variant"] for row in rows]
+    names = [plot_training(study_dir, records, cells),
+             plot_loss_vs_length(study_dir, rows, study, study["ablate_config"]["protocols"]),
+             plot_loss_by_position(study_dir, records, study, cells),
+             plot_paired(study_dir, families, study, reference),
+             plot_similarity(study_dir, tables) if tables is not None else None,
+             plot_sweep(study_dir, rows, records, study)]
+    return [name for name in names if name is not None]
