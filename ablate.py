@@ -478,7 +478,7 @@ def header_lines(ablate: AblateConfig, plan: list[dict], records: list[dict], le
     train_minutes = sum(r["train_seconds"] for r in records) / 60
     eval_minutes = sum(r["eval"]["seconds"] for r in records) / 60
     seeds = sorted({r["seed"] for r in records})
-    return [
+    lines = [
         f"# Study: {', '.join(dict.fromkeys(r['variant'] for r in plan))}", "",
         f"Dataset `{first.dataset}` ({records[0]['eval']['tokens']:,} val tokens); n_layer {model_config.n_layer}, "
         f"n_head {model_config.n_head}, n_embd {model_config.n_embd}, block_size {model_config.block_size}, batch "
@@ -487,13 +487,17 @@ def header_lines(ablate: AblateConfig, plan: list[dict], records: list[dict], le
         f"weights and the same batches). Compute: {train_minutes:.1f} min of training and {eval_minutes:.1f} min of "
         f"evaluation in all, {torch.get_num_threads()} torch thread(s).", "",
         f"Each number is the mean over {len(seeds)} seed(s) ± the half-width of its {CONFIDENCE:.0%} t confidence "
-        f"interval. Every run's **final** model ({CHECKPOINT}) is scored on the **whole** val split at each length L: "
-        "*nonoverlapping*: consecutive windows of L tokens, every token scored once with the tokens before it in its "
-        f"window as context; *sliding*: the same windows, but no forward pass holds more than {window} tokens "
-        f"(pieces advance by {stride}, so a token past position {window} has {window - stride}..{window - 1} tokens "
-        "of context). At L = block_size both are the same number, the headline val loss. n/a: a learned table has "
-        "no rows past block_size.",
+        f"interval. Every run's **final** model ({CHECKPOINT}) is scored on the **whole** val split at each length L"
+        + (": *nonoverlapping*: consecutive windows of L tokens, every token scored once with the tokens before it "
+           "in its window as context" if "nonoverlapping" in ablate.protocols else "")
+        + (f"; *sliding*: the same windows, but no forward pass holds more than {window} tokens (pieces advance by "
+           f"{stride}, so a token past position {window} has {window - stride}..{window - 1} tokens of context). "
+           "At L = block_size both are the same number, the headline val loss" if "sliding" in ablate.protocols
+           else "") + ".",
     ]
+    if any(run["model_config"].pos_encoding == "learned" for run in plan) and max(lengths) > window:
+        lines += ["", "n/a: a learned table has no rows past block_size."]
+    return lines
 
 
 def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[dict]], records: list[dict],
@@ -502,7 +506,7 @@ def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[di
     keys = [k for k in rows[0]["loss"] if not (k.startswith("sliding") and int(k.split()[1]) <= study["window"])]
     columns = ["cell", "parameters", "steps", "train s/run"] + [
         f"{k.split()[0]} {length_label(int(k.split()[1]), block_size)}" for k in keys]
-    table = [[row["variant"], f"{row['parameters']:,}", f"{row['steps']:g}", fmt(row["train_seconds"], 0)]
+    table = [[row["variant"], f"{row['parameters']:,}", f"{row['steps']:g}", f"{row['train_seconds'][0]:.0f}"]
              + [fmt(row["loss"][k]) for k in keys] for row in rows]
     lines = header + ["", *markdown_table(columns, table)]
     for family, found in families.items():

@@ -105,39 +105,62 @@ def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict, protocol
 
 
 def position_curves(records: list[dict], cell: str, protocol: str, n: int) -> np.ndarray | None:
-    curves = [r["eval"]["protocols"].get(protocol, {}).get(str(n)) for r in records if r["variant"] == cell]
+    """(seeds, n) loss at each position, in seed order; None when the cell cannot run the length."""
+    runs = sorted((r for r in records if r["variant"] == cell), key=lambda r: r["seed"])
+    curves = [r["eval"]["protocols"].get(protocol, {}).get(str(n)) for r in runs]
     return None if None in curves or not curves else np.array([c["per_position"] for c in curves])
 
 
-def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cells: list[str]) -> str:
-    """Loss at each position of the windows: at block_size, and at the longest length under both protocols."""
+def moving_mean(curves: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (centres) and each row's moving mean over `width` positions."""
+    kernel = np.ones(width) / width
+    return (np.arange(curves.shape[1] - width + 1) + (width - 1) / 2,
+            np.array([np.convolve(c, kernel, mode="valid") for c in curves]))
+
+
+def draw_bands(ax, curves: dict[str, np.ndarray], palette: dict[str, str], width: int) -> None:
+    for cell, values in curves.items():
+        x, smoothed = moving_mean(values, width)
+        mean, low, high = band(smoothed)
+        ax.plot(x, mean, color=palette[cell], linewidth=1.5, label=cell)
+        ax.fill_between(x, low, high, color=palette[cell], alpha=0.2, linewidth=0)
+
+
+def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cells: list[str], reference: str) -> str:
+    """Loss at each position of the windows (top) and, below, paired differences that cancel the text's own
+    position-to-position noise (every model scores the same tokens at a position): at block_size against the
+    reference cell, at the longest length the whole window against the same model's sliding window."""
     plt = pyplot()
     block_size, longest = study["block_size"], max(study["lengths"])
     protocols = study["ablate_config"]["protocols"]
-    panels = [("nonoverlapping", block_size)] + [(p, longest) for p in protocols if longest > block_size]
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 6), squeeze=False)
+    columns = [block_size] + ([longest] if longest > block_size and "sliding" in protocols else [])
+    fig, axes = plt.subplots(2, len(columns), figsize=(8 * len(columns), 10), squeeze=False)
     palette = colors(cells)
-    smooth = max(1, block_size // 16)  # a moving mean: single positions of long windows are noisy
-    for ax, (protocol, n) in zip(axes[0], panels, strict=True):
-        for cell in cells:
-            curves = position_curves(records, cell, protocol, n)
-            if curves is None:
-                continue
-            if n > block_size and smooth > 1:
-                kernel = np.ones(smooth) / smooth
-                curves = np.array([np.convolve(c, kernel, mode="valid") for c in curves])
-            x = np.arange(curves.shape[1]) + (smooth - 1) / 2 * (n > block_size)
-            mean, low, high = band(curves)
-            ax.plot(x, mean, color=palette[cell], linewidth=1.5, label=cell)
-            ax.fill_between(x, low, high, color=palette[cell], alpha=0.2, linewidth=0)
-        if n > block_size:
-            ax.axvline(block_size - 0.5, color="gray", linestyle="--", linewidth=1)
-        ax.set_xlim(-0.5, n - 0.5)
-        ax.set_xlabel("position in the window" + (f" ({smooth}-position moving mean)" if n > block_size else ""))
-        ax.set_ylabel("mean val loss (nats/token)")
-        ax.set_title(f"{protocol}, L = {n} ({n / block_size:g}x block_size)")
-        ax.legend(fontsize=9)
-    fig.suptitle(f"Loss at each position of the eval windows (final models; {BAND})")
+    for column, n in enumerate(columns):
+        width = max(1, n // 32)  # a moving mean over positions: one position of the split is ~1/n of its tokens
+        top, bottom = axes[0, column], axes[1, column]
+        absolute = {c: v for c in cells if (v := position_curves(records, c, "nonoverlapping", n)) is not None}
+        draw_bands(top, absolute, palette, width)
+        if n == block_size:
+            base = position_curves(records, reference, "nonoverlapping", n)
+            differences = {c: v - base for c, v in absolute.items() if c != reference}
+            bottom.set_title(f"cell − {reference}, same tokens, seed by seed")
+        else:
+            differences = {c: v - position_curves(records, c, "sliding", n) for c, v in absolute.items()}
+            bottom.set_title("whole window − sliding window, same model")
+        draw_bands(bottom, differences, palette, width)
+        bottom.axhline(0, color="black", linewidth=1)
+        top.set_title(f"nonoverlapping, L = {n} ({n / block_size:g}x block_size)")
+        for ax in (top, bottom):
+            if n > block_size:
+                ax.axvline(block_size - 0.5, color="gray", linestyle="--", linewidth=1)
+            ax.set_xlim(-0.5, n - 0.5)
+            ax.set_xlabel("position in the window" + (f" ({width}-position moving mean)" if width > 1 else ""))
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=9)
+        top.set_ylabel("mean val loss (nats/token)")
+        bottom.set_ylabel("loss difference (nats/token); negative: better")
+    fig.suptitle(f"Loss at each position of the eval windows\n(final models; {BAND})")
     fig.tight_layout()
     save(fig, study_dir / "loss_by_position.png")
     return "loss_by_position"
@@ -257,8 +280,9 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], families: d
     """Every plot that the study has data for; their names (PNG files in study_dir)."""
     cells = [row["variant"] for row in rows]
     names = [plot_training(study_dir, records, cells),
-             plot_loss_vs_length(study_dir, rows, study, study["ablate_config"]["protocols"]),
-             plot_loss_by_position(study_dir, records, study, cells),
+             plot_loss_vs_length(study_dir, rows, study, study["ablate_config"]["protocols"])
+             if len(study["lengths"]) > 1 else None,
+             plot_loss_by_position(study_dir, records, study, cells, reference),
              plot_paired(study_dir, families, study, reference),
              plot_similarity(study_dir, tables) if tables is not None else None,
              plot_sweep(study_dir, rows, records, study)]

@@ -24,8 +24,7 @@ import torch
 from scipy import stats
 
 import ablate
-from ablate import (AblateConfig, forward_pieces, initial_model, run_plan, run_study, study_cells,
-                    token_losses)
+from ablate import AblateConfig, forward_pieces, initial_model, run_plan, run_study, study_cells, token_losses
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, prepare
 from model import POS_ENCODINGS, GPTConfig
@@ -245,7 +244,8 @@ def test_nonoverlapping_loss_is_the_models_own_loss(study):
             for start in range(0, len(val) - 1, n):
                 stop = min(start + n, len(val) - 1)
                 with torch.no_grad():
-                    total += model(tokens[None, start:stop], tokens[None, start + 1:stop + 1])[1].item() * (stop - start)
+                    loss = model(tokens[None, start:stop], tokens[None, start + 1:stop + 1])[1].item()
+                total += loss * (stop - start)
             stored = eval_of(study, cell, 1338)["nonoverlapping"][str(n)]["loss"]
             assert stored == pytest.approx(total / (len(val) - 1), rel=1e-5)
 
