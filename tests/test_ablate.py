@@ -24,6 +24,7 @@ import torch
 from scipy import stats
 
 import ablate
+import ablate_plots
 from ablate import AblateConfig, forward_pieces, initial_model, run_plan, run_study, study_cells, token_losses
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, prepare
@@ -384,3 +385,15 @@ def test_interrupted_study_exits_nonzero_without_done(study, tmp_path, script_en
     assert process.returncode == status, output
     assert "done" not in output and "interrupted" in output
     assert not (tmp_path / "study" / "none" / "seed1337" / "done.json").exists()
+
+
+def test_sweeps_are_found_among_cells_that_differ_in_one_number():
+    def record(cell, **settings):
+        base = {"pos_encoding": "sinusoidal", "sinusoidal_amplitude": 0.02, "n_layer": 1}
+        return {"variant": cell, "settings": {"train_config": {"max_iters": 5},
+                                              "model_config": {**base, **settings}}}
+
+    records = [record(f"a{v}", sinusoidal_amplitude=v) for v in (0.01, 0.1, 1.0)]
+    records += [record("rope", pos_encoding="rope"), record("two layers", n_layer=2)]
+    assert ablate_plots.sweeps(records) == [("sinusoidal_amplitude", {"a0.01": 0.01, "a0.1": 0.1, "a1.0": 1.0})]
+    assert ablate_plots.sweeps(records[2:]) == []  # two values of a number are a comparison, not a sweep
