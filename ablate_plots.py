@@ -167,45 +167,52 @@ def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cel
 
 
 def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
-    """Paired differences as points with their intervals; filled: the interval excludes 0."""
+    """Paired differences: each seed's (dots), their mean and its interval (red: the interval excludes 0)."""
     y = np.arange(len(rows))[::-1]
     for yi, row in zip(y, rows, strict=True):
         color = "tab:red" if row["significant"] else "tab:gray"
+        ax.scatter(row["differences"], np.full(row["n"], yi + 0.22), s=12, color="black", alpha=0.5, linewidth=0)
         ax.errorbar(row["mean"], yi, xerr=[[row["mean"] - row["low"]], [row["high"] - row["mean"]]], fmt="o",
-                    color=color, capsize=4, markerfacecolor=color if row["significant"] else "white")
-        ax.annotate(f" {row['a_wins']}/{row['n']} seeds", (row["high"], yi), fontsize=9, va="center")
+                    color=color, capsize=5, markersize=7, markerfacecolor=color if row["significant"] else "white")
+        ax.annotate(f"  lower in {row['a_wins']}/{row['n']} seeds, p = {row['p']:.2g}", (row["high"], yi),
+                    fontsize=9, va="center")
     ax.axvline(0, color="black", linewidth=1)
     ax.set_yticks(y, labels)
-    ax.set_title(title)
-    ax.set_xlabel("loss difference a − b (nats/token); negative: a is better")
+    ax.set_ylim(-0.6, len(rows) - 0.2)
+    ax.margins(x=0.25)
+    ax.set_title(title, loc="left")
+    ax.set_xlabel("loss difference (nats/token); negative: the first is better")
+
+
+def flipped(row: dict) -> dict:
+    """The same comparison as b − a."""
+    return {**row, "mean": -row["mean"], "low": -row["high"], "high": -row["low"], "a": row["b"], "b": row["a"],
+            "a_wins": row["b_wins"], "b_wins": row["a_wins"], "differences": [-d for d in row["differences"]]}
 
 
 def plot_paired(study_dir: Path, families: dict[str, list[dict]], study: dict, reference: str) -> str | None:
     """The reference cell against every other cell at block_size, and each cell's extrapolation against its own
     sliding window at the longest length."""
     block_size, longest = study["block_size"], max(study["lengths"])
-    against = [r for r in families["training length"] if reference in (r["a"], r["b"])]
-    # Orient every row as other − reference.
-    against = [r if r["b"] == reference else {**r, "mean": -r["mean"], "low": -r["high"], "high": -r["low"],
-                                               "a": r["b"], "b": r["a"], "a_wins": r["b_wins"]} for r in against]
+    against = [r if r["b"] == reference else flipped(r) for r in families["training length"]
+               if reference in (r["a"], r["b"])]
     extrapolation = [r for r in families.get("extrapolation against the sliding window", [])
                      if r["length"] == longest]
     panels = [(against, [f"{r['a']} − {reference}" for r in against],
-               f"At L = block_size = {block_size}: cell − {reference}")]
-    if extrapolation:
-        panels.append((extrapolation, [r["a"] for r in extrapolation],
-                       f"At L = {longest}: whole window − sliding window, same model"))
+               f"At L = block_size = {block_size}: cell − {reference}, seed by seed")]
+    panels.append((extrapolation, [r["a"] for r in extrapolation],
+                   f"At L = {longest}: whole window − sliding window of the same model, seed by seed"))
     panels = [p for p in panels if p[0]]
     if not panels:
         return None
     plt = pyplot()
-    height = 1.5 + 0.45 * max(len(p[0]) for p in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), height), squeeze=False)
-    for ax, (rows, labels, title) in zip(axes[0], panels, strict=True):
+    heights = [1 + 0.55 * len(p[0]) for p in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 1.2 + sum(heights)), squeeze=False, layout="constrained",
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (rows, labels, title) in zip(axes[:, 0], panels, strict=True):
         forest(ax, rows, labels, title)
-    fig.suptitle(f"Paired differences over seeds, {CONFIDENCE:.0%} t intervals (red: excludes 0); "
-                 "annotation: seeds where a is lower")
-    fig.tight_layout()
+    fig.suptitle(f"Paired differences: dots are seeds, bars the {CONFIDENCE:.0%} t interval of their mean "
+                 "(red: excludes 0)")
     save(fig, study_dir / "paired_differences.png")
     return "paired_differences"
 

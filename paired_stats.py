@@ -32,7 +32,8 @@ def paired(a: list[float], b: list[float]) -> dict:
         sd = float(np.std(differences, ddof=1))
         p = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1)) if sd > 0 else float(mean == 0)
     return {"mean": mean, "low": mean - half, "high": mean + half, "p": p, "n": n,
-            "a_wins": int((differences < 0).sum()), "b_wins": int((differences > 0).sum())}
+            "a_wins": int((differences < 0).sum()), "b_wins": int((differences > 0).sum()),
+            "differences": differences.tolist()}
 
 
 def holm(p_values: list[float], alpha: float = 1 - CONFIDENCE) -> list[bool]:
