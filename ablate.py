@@ -176,6 +176,9 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w") as file:
             file.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp_name, 0o666 & ~umask)  # mkstemp's 0600 would hide the results from other users
         os.replace(temp_name, path)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)

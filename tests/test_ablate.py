@@ -397,3 +397,12 @@ def test_sweeps_are_found_among_cells_that_differ_in_one_number():
     records += [record("rope", pos_encoding="rope"), record("two layers", n_layer=2)]
     assert ablate_plots.sweeps(records) == [("sinusoidal_amplitude", {"a0.01": 0.01, "a0.1": 0.1, "a1.0": 1.0})]
     assert ablate_plots.sweeps(records[2:]) == []  # two values of a number are a comparison, not a sweep
+
+
+def test_result_files_are_written_whole_with_the_usual_permissions(tmp_path):
+    path = tmp_path / "results.md"
+    path.write_text("old")
+    expected = path.stat().st_mode & 0o777  # what a plain open() gives under this umask
+    ablate.write_atomic(path, "new")
+    assert path.read_text() == "new" and path.stat().st_mode & 0o777 == expected
+    assert [p.name for p in tmp_path.iterdir()] == ["results.md"]
