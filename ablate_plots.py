@@ -268,7 +268,11 @@ def plot_sweep(study_dir: Path, rows: list[dict], records: list[dict], study: di
             if not points:
                 continue
             x, means, halves = np.array(points).T
-            ax.errorbar(x, means, yerr=np.nan_to_num(halves), marker="o", capsize=4)
+            ax.errorbar(x, means, yerr=np.nan_to_num(halves), marker="o", capsize=4, label="mean and interval")
+            seeds = [(value, r["eval"]["protocols"]["nonoverlapping"][str(n)]["loss"]) for cell, value in group.items()
+                     for r in records if r["variant"] == cell]
+            ax.scatter(*np.array(seeds).T, s=14, color="black", alpha=0.6, zorder=3, label="one seed")
+            ax.legend()
             if min(x) > 0 and max(x) / min(x) >= 10:
                 ax.set_xscale("log")
             ax.set_xticks(x, [f"{v:g}" for v in x])
@@ -276,7 +280,8 @@ def plot_sweep(study_dir: Path, rows: list[dict], records: list[dict], study: di
             ax.set_xlabel(name)
             ax.set_ylabel("mean val loss (nats/token)")
             ax.set_title(f"non-overlapping, L = {n} ({n / block_size:g}x)")
-    fig.suptitle(f"Sweep (final models; error bars: {CONFIDENCE:.0%} t interval over seeds)")
+    seeds = len({r["seed"] for r in records})
+    fig.suptitle(f"Sweep (final models, {seeds} seeds; error bars: {CONFIDENCE:.0%} t interval of the mean)")
     fig.tight_layout()
     save(fig, study_dir / "sweep.png")
     return "sweep"

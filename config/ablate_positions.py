@@ -5,7 +5,7 @@
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_positions.py
 study_dir = "out-ablate-positions"
-variants = ["learned", "sinusoidal sinusoidal_amplitude=PICKED", "sinusoidal sinusoidal_amplitude=1.0", "rope",
+variants = ["learned", "sinusoidal sinusoidal_amplitude=0.1", "sinusoidal sinusoidal_amplitude=1.0", "rope",
             "alibi", "none"]
 seeds = 5
 eval_multipliers = [1.0, 2.0, 4.0]
