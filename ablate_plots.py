@@ -1,5 +1,6 @@
 """The plots of a study (ablate.py): one function per figure, each reading the study's records and summary."""
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -118,12 +119,26 @@ def moving_mean(curves: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]
             np.array([np.convolve(c, kernel, mode="valid") for c in curves]))
 
 
-def draw_bands(ax, curves: dict[str, np.ndarray], palette: dict[str, str], width: int) -> None:
+def draw_bands(ax, curves: dict[str, np.ndarray], palette: dict[str, str], width: int,
+               cut_above: float = math.inf) -> list[str]:
+    """Each cell's mean curve and band; the y axis stops cut_above nats over the lowest cell's mean, so that one
+    exploding cell does not flatten the rest. The cells left off the scale, by name."""
+    low_values, high_values, off_scale = [], [], []
+    floor = min((float(np.mean(v)) for v in curves.values()), default=0.0)
     for cell, values in curves.items():
         x, smoothed = moving_mean(values, width)
         mean, low, high = band(smoothed)
         ax.plot(x, mean, color=palette[cell], linewidth=1.5, label=cell)
-        ax.fill_between(x, low, high, color=palette[cell], alpha=0.2, linewidth=0)
+        if float(np.mean(values)) > floor + cut_above:
+            off_scale.append(cell)  # its line leaves the axes; its band would cover them
+        else:
+            ax.fill_between(x, low, high, color=palette[cell], alpha=0.2, linewidth=0)
+            low_values.append(low.min())
+            high_values.append(high.max())
+    if off_scale and low_values:
+        margin = 0.05 * (max(high_values) - min(low_values)) + 1e-3
+        ax.set_ylim(min(low_values) - margin, max(high_values) + margin)
+    return off_scale
 
 
 def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cells: list[str], reference: str) -> str:
@@ -140,7 +155,8 @@ def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cel
         width = max(1, n // 32)  # a moving mean over positions: one position of the split is ~1/n of its tokens
         top, bottom = axes[0, column], axes[1, column]
         absolute = {c: v for c in cells if (v := position_curves(records, c, "nonoverlapping", n)) is not None}
-        draw_bands(top, absolute, palette, width)
+        cut = 1.0 if n > block_size else math.inf  # past block_size a failing encoding can reach 5 nats and more
+        off_scale = draw_bands(top, absolute, palette, width, cut)
         if n == block_size:
             base = position_curves(records, reference, "nonoverlapping", n)
             differences = {c: v - base for c, v in absolute.items() if c != reference}
@@ -148,9 +164,10 @@ def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cel
         else:
             differences = {c: v - position_curves(records, c, "sliding", n) for c, v in absolute.items()}
             bottom.set_title("whole window − sliding window, same model")
-        draw_bands(bottom, differences, palette, width)
+        off_scale += draw_bands(bottom, differences, palette, width, cut)
         bottom.axhline(0, color="black", linewidth=1)
-        top.set_title(f"nonoverlapping, L = {n} ({n / block_size:g}x block_size)")
+        top.set_title(f"nonoverlapping, L = {n} ({n / block_size:g}x block_size)"
+                      + (f"\noff the scale: {', '.join(dict.fromkeys(off_scale))}" if off_scale else ""))
         for ax in (top, bottom):
             if n > block_size:
                 ax.axvline(block_size - 0.5, color="gray", linestyle="--", linewidth=1)
