@@ -7,7 +7,7 @@
 study_dir = "out-ablate-positions"
 variants = ["learned", "sinusoidal sinusoidal_amplitude=0.1", "sinusoidal sinusoidal_amplitude=1.0", "rope",
             "alibi", "none"]
-seeds = 5
+seeds = 7
 eval_multipliers = [1.0, 2.0, 4.0]
 protocols = ["nonoverlapping", "sliding"]
 sliding_window = 64  # block_size: no token sees more context than in training
