@@ -27,12 +27,10 @@ import io
 import itertools
 import json
 import math
-import os
 import re
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import typing
@@ -48,13 +46,16 @@ from tqdm.auto import tqdm
 import ablate_plots
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, resolve_data_dir
+from devices import autocast_context, choose_device, choose_dtype
+from files import atomic_files
 from model import GPT, POS_ENCODINGS, GPTConfig
-from options import OptionError, _convert, main_guard, parse_options
+from options import OptionError, UserError, _convert, main_guard, parse_options
 from paired_stats import CONFIDENCE, holm, interval, paired
 from tokenizer import read_description
-from train import TrainConfig, autocast_context, build_model, choose_device, choose_dtype, train
+from train import TrainConfig, build_model, train
 
-PER_RUN = ("vocab_size", "seed", "out_dir", "init_from", "eval_only")  # set by the study for each run
+# Set by the study for each run: a run starts from scratch in its own folder and keeps its final checkpoint.
+PER_RUN = ("vocab_size", "seed", "out_dir", "init_from", "eval_only", "overwrite", "always_save_checkpoint")
 NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode")  # change no number
 PROTOCOLS = ("nonoverlapping", "sliding")
 CHECKPOINT = "ckpt.pt"  # the final model of each run (see the module docstring)
@@ -155,7 +156,8 @@ def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTC
             run_dir = Path(ablate.study_dir) / cell_dir(name) / f"seed{seed}"
             plan.append({"variant": name, "seed": seed, "dir": run_dir, "model_config": cell_model,
                          "train_config": replace(cell_train, out_dir=str(run_dir), seed=seed, progress=False,
-                                                 init_from="scratch", eval_only=False)})
+                                                 init_from="scratch", eval_only=False, overwrite=False,
+                                                 always_save_checkpoint=True)})
     return plan
 
 
@@ -172,17 +174,8 @@ def initial_model(run: dict) -> GPT:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary file beside path, then rename: a reader never sees half a file."""
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp_name, 0o666 & ~umask)  # mkstemp's 0600 would hide the results from other users
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    with atomic_files(path) as (temp,):
+        temp.write_text(text)
 
 
 def settings(run: dict) -> dict:
@@ -221,16 +214,17 @@ def follow(metrics_file: Path, bar: tqdm, start: int, stop: threading.Event) -> 
             bar.set_postfix_str(f"step {step}" + (f", loss {loss:.3f}" if loss is not None else ""))
 
 
-def train_run(run: dict, bar: tqdm, start: int) -> dict | None:
-    """Train one run (or read back its done.json); its record, or None when interrupted with Ctrl-C."""
+def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
+    """Train one run (or read back its done.json): (its record, 0), or (None, the signal) when Ctrl-C or SIGTERM
+    stopped it."""
     done_file = run["dir"] / "done.json"
     if done_file.exists():
         record = json.loads(done_file.read_text())
         changed = changed_settings(record["settings"], settings(run))
         if changed:
-            raise ValueError(f"{run['dir']} was trained with other settings ({', '.join(changed)}); delete it or "
-                             "choose another --study_dir")
-        return record
+            raise UserError(f"{run['dir']} was trained with other settings or older code ({', '.join(changed)}); "
+                            "delete it or choose another --study_dir")
+        return record, 0
     shutil.rmtree(run["dir"], ignore_errors=True)  # an unfinished run starts again from scratch
     run["dir"].mkdir(parents=True)
     stop = threading.Event()
@@ -244,13 +238,13 @@ def train_run(run: dict, bar: tqdm, start: int) -> dict | None:
         stop.set()
         watcher.join()
     if result["interrupted"]:
-        return None
+        return None, result["interrupted"]
     record = {"variant": run["variant"], "seed": run["seed"], "parameters": result["model"].get_num_params(),
               "iter_num": result["iter_num"], "final_val_estimate": result["evals"][-1]["val_loss"],
               "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run)}
     write_atomic(done_file, json.dumps(record, indent=1))
-    return record
+    return record, 0
 
 
 # ---------------------------------------------------------------------------------------------------- evaluation
@@ -547,28 +541,29 @@ def position_tables(plan: list[dict]) -> dict | None:
         f"after training (step {final['iter_num']})": final["model"]["input_layer.wpe"].float()}}
 
 
-def train_and_evaluate(plan: list[dict], ablate: AblateConfig, max_iters: int, show: bool) -> list[dict] | None:
-    """Every run's record with its evaluation, in plan order; None when interrupted with Ctrl-C."""
+def train_and_evaluate(plan: list[dict], ablate: AblateConfig, max_iters: int, show: bool) -> tuple[list[dict], int]:
+    """Every run's record with its evaluation, in plan order, and 0; or ([], the signal) when one stopped it."""
     records = []
     bar = tqdm(total=len(plan) * max_iters, unit="step", dynamic_ncols=True, disable=not show)
     for i, run in enumerate(plan):
         start = i * max_iters
         bar.set_description(f"run {i + 1}/{len(plan)}: {run['variant']}, seed {run['seed']}")
-        record = train_run(run, bar, start)
+        record, stopped_by = train_run(run, bar, start)
         if record is None:
             bar.close()
             print(f"interrupted: {run['dir']} is unfinished and will start again on the next run of ablate.py")
-            return None
+            return [], stopped_by
         bar.n = start + max_iters  # a time budget can end a run early
         bar.set_postfix_str("evaluating")
         record["eval"] = evaluate_run(run, ablate)
         records.append(record)
     bar.close()
-    return records
+    return records, 0
 
 
-def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> dict | None:
-    """Train, evaluate, compare, tabulate and plot; the results' dict, or None when interrupted."""
+def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> dict:
+    """Train, evaluate, compare, tabulate and plot; the results' dict, or {"interrupted": the signal} when Ctrl-C
+    or SIGTERM stopped it."""
     started = time.perf_counter()
     if ablate.threads:
         torch.set_num_threads(ablate.threads)
@@ -580,9 +575,9 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     if len({run["model_config"].block_size for run in plan}) > 1:
         raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size")
     study_dir.mkdir(parents=True, exist_ok=True)
-    records = train_and_evaluate(plan, ablate, train_config.max_iters, train_config.progress)
-    if records is None:
-        return None
+    records, stopped_by = train_and_evaluate(plan, ablate, train_config.max_iters, train_config.progress)
+    if stopped_by:
+        return {"interrupted": stopped_by}
     block_size = model_config.block_size
     lengths = eval_lengths(block_size, ablate.eval_multipliers)
     rows = summarize(records, lengths, ablate.protocols)
@@ -594,7 +589,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
                                   ablate.reference or cells[0])
     write_results(study_dir, rows, families, records, lengths, header_lines(ablate, plan, records, lengths), study,
                   plots)
-    return {**study, "summary": rows, "comparisons": families, "runs": records}
+    return {**study, "summary": rows, "comparisons": families, "runs": records, "interrupted": 0}
 
 
 def main(argv: list[str]) -> None:
@@ -604,16 +599,16 @@ def main(argv: list[str]) -> None:
 
     def stop(signum: int, frame) -> None:
         received.append(signum)
-        raise KeyboardInterrupt  # the way out of a second Ctrl-C; the exit status tells them apart
+        raise KeyboardInterrupt  # out of the evaluation; train() handles the signals itself while it runs
 
     signal.signal(signal.SIGTERM, stop)
     try:
         result = run_study(ablate, train_config, model_config)
     except KeyboardInterrupt:
-        result = None
+        result = {"interrupted": received[0] if received else signal.SIGINT}
         print("interrupted: finished runs are kept; run the same command again to continue", file=sys.stderr)
-    if result is None:
-        sys.exit(128 + (received[0] if received else signal.SIGINT))
+    if result["interrupted"]:
+        sys.exit(128 + result["interrupted"])
     print(f"done in {result['invocation_seconds']:.0f} s: {Path(ablate.study_dir) / 'results.md'}")
     print((Path(ablate.study_dir) / "results.md").read_text())
 
