@@ -196,7 +196,7 @@ def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
     ax.axvline(0, color="black", linewidth=1)
     ax.set_yticks(y, labels)
     ax.set_ylim(-0.6, len(rows) - 0.2)
-    ax.margins(x=0.25)
+    ax.margins(x=0.4)
     ax.set_title(title, loc="left")
     ax.set_xlabel("loss difference (nats/token); negative: the first is better")
 
