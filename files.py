@@ -44,12 +44,15 @@ def atomic_files(*paths: str | os.PathLike) -> Iterator[list[Path]]:
     """
     paths = [Path(p) for p in paths]
     temps = []
+    umask = os.umask(0)  # reading the umask means setting it; put back at once
+    os.umask(umask)
     try:
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
             handle, name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
             os.close(handle)
             temps.append(Path(name))
+            os.chmod(name, 0o666 & ~umask)  # what open() would give; mkstemp's 0600 hides results from others
         yield temps
         for temp in temps:
             _fsync(temp)

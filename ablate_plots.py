@@ -1,0 +1,318 @@
+"""The plots of a study (ablate.py): one function per figure, each reading the study's records and summary."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from paired_stats import CONFIDENCE, interval
+
+BAND = f"bands: {CONFIDENCE:.0%} t interval over seeds"
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 12, "axes.titlesize": 13, "figure.titlesize": 15, "legend.fontsize": 10,
+                         "axes.grid": True, "grid.alpha": 0.3})
+    return plt
+
+
+def colors(cells: list[str]) -> dict[str, str]:
+    palette = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink", "gray", "olive",
+                                    "cyan")]
+    return {cell: palette[i % len(palette)] for i, cell in enumerate(cells)}
+
+
+def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds (axis 0) and the lower and upper ends of its interval; no band for one seed."""
+    means, halves = np.array([interval(column.tolist()) for column in values.T]).T
+    halves = np.nan_to_num(halves)
+    return means, means - halves, means + halves
+
+
+def save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+
+
+def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str:
+    """Validation estimate against step: the whole run, and the second half zoomed in, where the cells differ."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
+    palette = colors(cells)
+    tail_values = []
+    for cell in cells:
+        runs = [r for r in records if r["variant"] == cell]
+        steps = sorted(set.intersection(*(set(e["iter"] for e in r["evals"]) for r in runs)))
+        losses = np.array([[next(e["val_loss"] for e in r["evals"] if e["iter"] == s) for s in steps] for r in runs])
+        mean, low, high = band(losses)
+        for ax in axes:
+            ax.plot(steps, mean, color=palette[cell], marker="o", markersize=3, label=cell)
+            ax.fill_between(steps, low, high, color=palette[cell], alpha=0.25, linewidth=0)
+        tail = [i for i, s in enumerate(steps) if s >= max(steps) / 2]
+        tail_values += [low[tail].min(), high[tail].max(), steps[tail[0]], steps[-1]]
+    low, high = min(tail_values[0::4]), max(tail_values[1::4])
+    start, end = max(tail_values[2::4]), max(tail_values[3::4])
+    margin = 0.05 * (high - low) + 1e-3
+    axes[1].set_xlim(start - 0.02 * (end - start), end + 0.02 * (end - start) + 1e-9)
+    axes[1].set_ylim(low - margin, high + margin)
+    axes[0].set_title("Whole run")
+    axes[1].set_title("Second half, zoomed in")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.set_ylabel("val loss estimate (nats/token)")
+        ax.legend()
+    fig.suptitle(f"Validation loss during training (train.py's estimate; {BAND})")
+    fig.tight_layout()
+    save(fig, study_dir / "training.png")
+    return "training"
+
+
+def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict, protocols: list[str]) -> str:
+    """Mean val loss against eval length, one panel per protocol, with the seed interval as a band."""
+    plt = pyplot()
+    block_size, lengths = study["block_size"], study["lengths"]
+    fig, axes = plt.subplots(1, len(protocols), figsize=(7.5 * len(protocols), 6), sharey=True, squeeze=False)
+    palette = colors([row["variant"] for row in rows])
+    for ax, protocol in zip(axes[0], protocols, strict=True):
+        for row in rows:
+            points = [(n, *row["loss"][f"{protocol} {n}"]) for n in lengths if row["loss"][f"{protocol} {n}"]]
+            if not points:
+                continue
+            ns, means, halves = np.array(points).T
+            halves = np.nan_to_num(halves)
+            ax.plot(ns, means, color=palette[row["variant"]], marker="o", label=row["variant"])
+            ax.fill_between(ns, means - halves, means + halves, color=palette[row["variant"]], alpha=0.2, linewidth=0)
+        ax.axvline(block_size, color="gray", linestyle="--", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [f"{n}\n({n / block_size:g}x)" for n in lengths])
+        ax.minorticks_off()
+        ax.set_xlabel("eval window length L (tokens); dashed: block_size")
+        what = ("whole window as context" if protocol == "nonoverlapping"
+                else f"at most {study['window']} tokens per forward")
+        ax.set_title(f"{protocol}: {what}")
+        ax.set_ylabel("mean val loss, whole val split (nats/token)")
+        ax.legend()
+    fig.suptitle(f"Loss against eval length (final models; {BAND})")
+    fig.tight_layout()
+    save(fig, study_dir / "loss_vs_length.png")
+    return "loss_vs_length"
+
+
+def position_curves(records: list[dict], cell: str, protocol: str, n: int) -> np.ndarray | None:
+    """(seeds, n) loss at each position, in seed order; None when the cell cannot run the length."""
+    runs = sorted((r for r in records if r["variant"] == cell), key=lambda r: r["seed"])
+    curves = [r["eval"]["protocols"].get(protocol, {}).get(str(n)) for r in runs]
+    return None if None in curves or not curves else np.array([c["per_position"] for c in curves])
+
+
+def moving_mean(curves: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (centres) and each row's moving mean over `width` positions."""
+    kernel = np.ones(width) / width
+    return (np.arange(curves.shape[1] - width + 1) + (width - 1) / 2,
+            np.array([np.convolve(c, kernel, mode="valid") for c in curves]))
+
+
+def draw_bands(ax, curves: dict[str, np.ndarray], palette: dict[str, str], width: int,
+               cut_above: float = math.inf) -> list[str]:
+    """Each cell's mean curve and band; the y axis stops cut_above nats over the lowest cell's mean, so that one
+    exploding cell does not flatten the rest. The cells left off the scale, by name."""
+    low_values, high_values, off_scale = [], [], []
+    floor = min((float(np.mean(v)) for v in curves.values()), default=0.0)
+    for cell, values in curves.items():
+        x, smoothed = moving_mean(values, width)
+        mean, low, high = band(smoothed)
+        ax.plot(x, mean, color=palette[cell], linewidth=1.5, label=cell)
+        if float(np.mean(values)) > floor + cut_above:
+            off_scale.append(cell)  # its line leaves the axes; its band would cover them
+        else:
+            ax.fill_between(x, low, high, color=palette[cell], alpha=0.2, linewidth=0)
+            low_values.append(low.min())
+            high_values.append(high.max())
+    if off_scale and low_values:
+        margin = 0.05 * (max(high_values) - min(low_values)) + 1e-3
+        ax.set_ylim(min(low_values) - margin, max(high_values) + margin)
+    return off_scale
+
+
+def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cells: list[str], reference: str) -> str:
+    """Loss at each position of the windows (top) and, below, paired differences that cancel the text's own
+    position-to-position noise (every model scores the same tokens at a position): at block_size against the
+    reference cell, at the longest length the whole window against the same model's sliding window."""
+    plt = pyplot()
+    block_size, longest = study["block_size"], max(study["lengths"])
+    protocols = study["ablate_config"]["protocols"]
+    columns = [block_size] + ([longest] if longest > block_size and "sliding" in protocols else [])
+    fig, axes = plt.subplots(2, len(columns), figsize=(8 * len(columns), 10), squeeze=False)
+    palette = colors(cells)
+    for column, n in enumerate(columns):
+        width = max(1, n // 32)  # a moving mean over positions: one position of the split is ~1/n of its tokens
+        top, bottom = axes[0, column], axes[1, column]
+        absolute = {c: v for c in cells if (v := position_curves(records, c, "nonoverlapping", n)) is not None}
+        cut = 1.0 if n > block_size else math.inf  # past block_size a failing encoding can reach 5 nats and more
+        off_scale = draw_bands(top, absolute, palette, width, cut)
+        if n == block_size:
+            base = position_curves(records, reference, "nonoverlapping", n)
+            differences = {c: v - base for c, v in absolute.items() if c != reference}
+            bottom.set_title(f"cell − {reference}, same tokens, seed by seed")
+        else:
+            differences = {c: v - position_curves(records, c, "sliding", n) for c, v in absolute.items()}
+            bottom.set_title("whole window − sliding window, same model")
+        off_scale += draw_bands(bottom, differences, palette, width, cut)
+        bottom.axhline(0, color="black", linewidth=1)
+        top.set_title(f"nonoverlapping, L = {n} ({n / block_size:g}x block_size)"
+                      + (f"\noff the scale: {', '.join(dict.fromkeys(off_scale))}" if off_scale else ""))
+        for ax in (top, bottom):
+            if n > block_size:
+                ax.axvline(block_size - 0.5, color="gray", linestyle="--", linewidth=1)
+            ax.set_xlim(-0.5, n - 0.5)
+            ax.set_xlabel("position in the window" + (f" ({width}-position moving mean)" if width > 1 else ""))
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=9)
+        top.set_ylabel("mean val loss (nats/token)")
+        bottom.set_ylabel("loss difference (nats/token); negative: better")
+    fig.suptitle(f"Loss at each position of the eval windows\n(final models; {BAND})")
+    fig.tight_layout()
+    save(fig, study_dir / "loss_by_position.png")
+    return "loss_by_position"
+
+
+def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
+    """Paired differences: each seed's (dots), their mean and its interval (red: the interval excludes 0)."""
+    y = np.arange(len(rows))[::-1]
+    for yi, row in zip(y, rows, strict=True):
+        color = "tab:red" if row["significant"] else "tab:gray"
+        ax.scatter(row["differences"], np.full(row["n"], yi + 0.22), s=12, color="black", alpha=0.5, linewidth=0)
+        ax.errorbar(row["mean"], yi, xerr=[[row["mean"] - row["low"]], [row["high"] - row["mean"]]], fmt="o",
+                    color=color, capsize=5, markersize=7, markerfacecolor=color if row["significant"] else "white")
+        ax.annotate(f"  lower in {row['a_wins']}/{row['n']} seeds, p = {row['p']:.2g}", (row["high"], yi),
+                    fontsize=9, va="center")
+    ax.axvline(0, color="black", linewidth=1)
+    ax.set_yticks(y, labels)
+    ax.set_ylim(-0.6, len(rows) - 0.2)
+    ax.margins(x=0.4)
+    ax.set_title(title, loc="left")
+    ax.set_xlabel("loss difference (nats/token); negative: the first is better")
+
+
+def flipped(row: dict) -> dict:
+    """The same comparison as b − a."""
+    return {**row, "mean": -row["mean"], "low": -row["high"], "high": -row["low"], "a": row["b"], "b": row["a"],
+            "a_wins": row["b_wins"], "b_wins": row["a_wins"], "differences": [-d for d in row["differences"]]}
+
+
+def plot_paired(study_dir: Path, families: dict[str, list[dict]], study: dict, reference: str) -> str | None:
+    """The reference cell against every other cell at block_size, and each cell's extrapolation against its own
+    sliding window at the longest length."""
+    block_size, longest = study["block_size"], max(study["lengths"])
+    against = [r if r["b"] == reference else flipped(r) for r in families["training length"]
+               if reference in (r["a"], r["b"])]
+    extrapolation = [r for r in families.get("extrapolation against the sliding window", [])
+                     if r["length"] == longest]
+    panels = [(against, [f"{r['a']} − {reference}" for r in against],
+               f"At L = block_size = {block_size}: cell − {reference}, seed by seed")]
+    panels.append((extrapolation, [r["a"] for r in extrapolation],
+                   f"At L = {longest}: whole window − sliding window of the same model, seed by seed"))
+    panels = [p for p in panels if p[0]]
+    if not panels:
+        return None
+    plt = pyplot()
+    heights = [1 + 0.55 * len(p[0]) for p in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 1.2 + sum(heights)), squeeze=False, layout="constrained",
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (rows, labels, title) in zip(axes[:, 0], panels, strict=True):
+        forest(ax, rows, labels, title)
+    fig.suptitle(f"Paired differences: dots are seeds, bars the {CONFIDENCE:.0%} t interval of their mean "
+                 "(red: excludes 0)")
+    save(fig, study_dir / "paired_differences.png")
+    return "paired_differences"
+
+
+def plot_similarity(study_dir: Path, tables: dict) -> str:
+    """Cosine similarity of the learned position rows, before and after training."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 6), layout="constrained")
+    for ax, (title, table) in zip(axes, tables["tables"].items(), strict=True):
+        rows = F.normalize(torch.as_tensor(table), dim=1)
+        image = ax.imshow((rows @ rows.T).numpy(), cmap="RdBu_r", vmin=-1, vmax=1, origin="upper")
+        ax.grid(False)  # grid lines would read as structure in the heatmap
+        ax.set_title(title)
+        ax.set_xlabel("position j")
+        ax.set_ylabel("position i")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity of rows i and j")
+    fig.suptitle(f"Learned position table (wpe) of {tables['cell']}, seed {tables['seed']}: row similarity")
+    save(fig, study_dir / "position_similarity.png")
+    return "position_similarity"
+
+
+def sweeps(records: list[dict]) -> list[tuple[str, dict[str, float]]]:
+    """Numeric settings that take 3 or more values over cells that differ in nothing else: (field, {cell: value})."""
+    configs = {}
+    for r in records:
+        configs[r["variant"]] = {**r["settings"]["train_config"], **r["settings"]["model_config"]}
+    varying = [k for k in next(iter(configs.values()))
+               if len({repr(c[k]) for c in configs.values()}) > 1]
+    found = []
+    for name in varying:
+        if not all(isinstance(c[name], (int, float)) and not isinstance(c[name], bool) for c in configs.values()):
+            continue
+        groups: dict[tuple, dict[str, float]] = {}
+        for cell, c in configs.items():
+            groups.setdefault(tuple(repr(c[k]) for k in varying if k != name), {})[cell] = c[name]
+        found += [(name, group) for group in groups.values() if len(set(group.values())) >= 3]
+    return found
+
+
+def plot_sweep(study_dir: Path, rows: list[dict], records: list[dict], study: dict) -> str | None:
+    """Loss against each swept setting, at block_size and at the longest length (non-overlapping windows)."""
+    found = sweeps(records)
+    if not found:
+        return None
+    plt = pyplot()
+    block_size, longest = study["block_size"], max(study["lengths"])
+    fig, axes = plt.subplots(len(found), 2, figsize=(13, 5 * len(found)), squeeze=False)
+    by_cell = {row["variant"]: row for row in rows}
+    for (name, group), pair in zip(found, axes, strict=True):
+        for ax, n in zip(pair, (block_size, longest), strict=True):
+            points = sorted((value, *by_cell[cell]["loss"][f"nonoverlapping {n}"]) for cell, value in group.items()
+                            if by_cell[cell]["loss"].get(f"nonoverlapping {n}"))
+            if not points:
+                continue
+            x, means, halves = np.array(points).T
+            ax.errorbar(x, means, yerr=np.nan_to_num(halves), marker="o", capsize=4, label="mean and interval")
+            seeds = [(value, r["eval"]["protocols"]["nonoverlapping"][str(n)]["loss"]) for cell, value in group.items()
+                     for r in records if r["variant"] == cell]
+            ax.scatter(*np.array(seeds).T, s=14, color="black", alpha=0.6, zorder=3, label="one seed")
+            ax.legend()
+            if min(x) > 0 and max(x) / min(x) >= 10:
+                ax.set_xscale("log")
+            ax.set_xticks(x, [f"{v:g}" for v in x])
+            ax.minorticks_off()
+            ax.set_xlabel(name)
+            ax.set_ylabel("mean val loss (nats/token)")
+            ax.set_title(f"non-overlapping, L = {n} ({n / block_size:g}x)")
+    seeds = len({r["seed"] for r in records})
+    fig.suptitle(f"Sweep (final models, {seeds} seeds; error bars: {CONFIDENCE:.0%} t interval of the mean)")
+    fig.tight_layout()
+    save(fig, study_dir / "sweep.png")
+    return "sweep"
+
+
+def plot_all(study_dir: Path, rows: list[dict], records: list[dict], families: dict[str, list[dict]], study: dict,
+             tables: dict | None, reference: str) -> list[str]:
+    """Every plot that the study has data for; their names (PNG files in study_dir)."""
+    cells = [row["variant"] for row in rows]
+    names = [plot_training(study_dir, records, cells),
+             plot_loss_vs_length(study_dir, rows, study, study["ablate_config"]["protocols"])
+             if len(study["lengths"]) > 1 else None,
+             plot_loss_by_position(study_dir, records, study, cells, reference),
+             plot_paired(study_dir, families, study, reference),
+             plot_similarity(study_dir, tables) if tables is not None else None,
+             plot_sweep(study_dir, rows, records, study)]
+    return [name for name in names if name is not None]

@@ -1,0 +1,47 @@
+"""Seed-paired statistics of a study: t confidence intervals, the paired t test, and Holm's correction."""
+
+import math
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95  # of every interval a study reports
+
+
+def t_quantile(df: int) -> float:
+    """The two-sided CONFIDENCE quantile of Student's t with df degrees of freedom."""
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, df))
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its t confidence interval over seeds (nan for a single seed)."""
+    n = len(values)
+    if n < 2:
+        return float(np.mean(values)), math.nan
+    return float(np.mean(values)), t_quantile(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
+
+
+def paired(a: list[float], b: list[float]) -> dict:
+    """a - b seed by seed: mean, confidence interval, two-sided p of the paired t test, and wins (lower loss)."""
+    differences = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    n = len(differences)
+    mean, half = interval(differences.tolist())
+    if n < 2:
+        p = math.nan
+    else:
+        sd = float(np.std(differences, ddof=1))
+        p = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1)) if sd > 0 else float(mean == 0)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "p": p, "n": n,
+            "a_wins": int((differences < 0).sum()), "b_wins": int((differences > 0).sum()),
+            "differences": differences.tolist()}
+
+
+def holm(p_values: list[float], alpha: float = 1 - CONFIDENCE) -> list[bool]:
+    """Which hypotheses Holm's step-down method rejects: family-wise error at most alpha over all of them."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if not p_values[i] <= alpha / (len(p_values) - rank):
+            break
+        rejected[i] = True
+    return rejected
