@@ -9,6 +9,8 @@ what any of them saved.
 """
 
 import contextlib
+import gc
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -26,12 +28,15 @@ from torch.nn.parallel import DistributedDataParallel
 PARALLELS = ("ddp", "fsdp")
 # Gathered whole, one tensor at a time, onto the CPU of rank 0 (the other ranks get empty dicts).
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
+# The device meshes shard_model made, for end_processes (weak: the meshes live as long as torch keeps them).
+MESHES = weakref.WeakSet()
 
 
 def shard_model(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """FSDP2 in place: each Block its own group, then the root. Build the optimizer after this: it must hold
     the sharded parameters."""
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    MESHES.add(mesh)
     # bf16: weights all-gathered and multiplied in bf16, gradients reduced in fp32; the sharded master stays fp32.
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if dtype == torch.bfloat16 else MixedPrecisionPolicy()
@@ -48,6 +53,26 @@ def wrap_for_training(model: nn.Module, parallel: str, world_size: int, device: 
     # gradient_as_bucket_view: the gradients live in DDP's buckets instead of beside them (4 bytes/parameter less)
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                    gradient_as_bucket_view=True)
+
+
+def end_processes() -> None:
+    """Destroy the process group so that its gloo threads stop now, not at interpreter exit. Call it once nothing
+    refers to DDP's wrapper or an FSDP-sharded model any more.
+
+    dist.destroy_process_group() alone leaves the group, and its threads, alive while anything else holds it:
+    DDP's reducer, FSDP's modules, and the device mesh, which DTensor's sharding caches keep for good. A gloo
+    thread frees each finished collective's tensors, and that takes the GIL when Python owns them; so when the
+    group outlives training, a thread still freeing the last collective either deadlocks (DDP's reducer, freed
+    with the GIL held, joins that thread) or aborts the process at exit ("terminate called without an active
+    exception": Python ends a thread that asks for the GIL during shutdown, here inside a C++ destructor).
+    Freeing the holders (gc.collect(): FSDP's modules live in reference cycles) and emptying the meshes' group
+    registries (a private field, where this torch has it) lets destroy_process_group() drop the group's last
+    reference, whose destructor releases the GIL while it joins the threads.
+    """
+    gc.collect()
+    for mesh in MESHES:
+        getattr(mesh, "_pg_registry", {}).clear()
+    dist.destroy_process_group()
 
 
 def is_sharded(model: nn.Module) -> bool:

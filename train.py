@@ -29,6 +29,7 @@ from model import GPT, GPT2_NAMES, GPTConfig
 from options import UserError, chosen_values, main_guard, parse_options
 from parallel import (
     PARALLELS,
+    end_processes,
     full_model_state,
     full_optimizer_state,
     gradient_sync,
@@ -492,25 +493,32 @@ def train_step(run: Run, lr: float) -> torch.Tensor:
 
 
 def train(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str] = frozenset()) -> dict:
-    """Train as configured; returns the losses, timings and the trained model (rank 0 has the full picture).
+    """Train as configured; returns the losses, timings and the trained model (rank 0 has the full picture; under
+    FSDP no model: its shards cannot run once the processes have ended).
 
     explicit: the settings the user gave (see build_model). result["interrupted"] is the number of the
     signal (SIGINT, SIGTERM) that stopped the run, or 0.
     """
     rank, world_size, device = init_distributed(config)
     try:
-        with contextlib.ExitStack() as stack:
-            data_dir = resolve_data_dir(config.dataset)
-            read_description(data_dir)  # a dataset that is not there stops the run before out_dir is made
-            claim_out_dir(config, rank == 0, stack)
-            run = set_up(config, model_config, rank, world_size, device, data_dir, explicit)
-            try:
-                return train_loop(run)
-            finally:
-                run.log.finish()
+        result = train_in_process(config, model_config, explicit, rank, world_size, device)
     finally:
         if world_size > 1:
-            dist.destroy_process_group()
+            end_processes()  # after train_in_process has let go of the wrapped model, so the group ends for good
+    return result
+
+
+def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str], rank: int,
+                     world_size: int, device: torch.device) -> dict:
+    with contextlib.ExitStack() as stack:
+        data_dir = resolve_data_dir(config.dataset)
+        read_description(data_dir)  # a dataset that is not there stops the run before out_dir is made
+        claim_out_dir(config, rank == 0, stack)
+        run = set_up(config, model_config, rank, world_size, device, data_dir, explicit)
+        try:
+            return train_loop(run)
+        finally:
+            run.log.finish()
 
 
 def train_loop(run: Run) -> dict:
@@ -556,7 +564,8 @@ def train_loop(run: Run) -> dict:
     return {"iter_num": run.iter_num, "best_val_loss": run.best_val_loss, "evals": evals,
             "train_losses": train_losses, "step_seconds": step_seconds, "train_seconds": train_seconds,
             "tokens_per_sec": run.tokens_per_iter * len(measured) / sum(measured) if measured else 0.0,
-            "interrupted": int(stopped_by), "model": run.model, "out_dir": str(run.out_dir)}
+            "interrupted": int(stopped_by), "out_dir": str(run.out_dir),
+            "model": None if run.sharded else run.model}  # a sharded model holds the process group (end_processes)
 
 
 def mean_train_loss(run: Run, window: dict) -> float:

@@ -63,3 +63,43 @@ def script_env(tmp_path) -> dict:
     for name in ("NO_PROXY", "no_proxy", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     return env
+
+
+# Runs a script (argv[1], its arguments after it) so that dist.destroy_process_group() fails unless it also ended
+# the process group's gloo threads: a gloo thread that outlives it aborts the process at exit or deadlocks it, but
+# only now and then (see parallel.end_processes); this makes that certain to show.
+ENDS_ITS_THREADS = '''
+import os, runpy, sys, time
+import torch.distributed as dist
+
+
+def gloo_threads() -> list[str]:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            names.append(open(f"/proc/self/task/{task}/comm").read().strip())
+        except FileNotFoundError:  # ended while listed
+            pass
+    return [name for name in names if "gloo" in name]
+
+
+def destroy_process_group(*args, destroy=dist.destroy_process_group, **kwargs):
+    destroy(*args, **kwargs)
+    deadline = time.monotonic() + 5  # a joined thread can stay listed for a moment; one still running, forever
+    while gloo_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not gloo_threads(), f"destroy_process_group() left {gloo_threads()} running"
+
+
+dist.destroy_process_group = destroy_process_group
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+@pytest.fixture
+def ends_its_threads(tmp_path) -> Path:
+    """A script to give torchrun before the real one: see ENDS_ITS_THREADS."""
+    path = tmp_path / "ends_its_threads.py"
+    path.write_text(ENDS_ITS_THREADS)
+    return path

@@ -26,7 +26,7 @@ WORKER_CONFIG = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=40, block_size=8
 WORKER = """
 import sys, torch, torch.distributed as dist
 from model import GPT, GPTConfig
-from parallel import full_model_state, gradient_sync, shard_model
+from parallel import end_processes, full_model_state, gradient_sync, shard_model
 dist.init_process_group("gloo")
 rank, result = dist.get_rank(), {}
 batches = torch.randint(0, 40, (4, 3, 9), generator=torch.Generator().manual_seed(1))
@@ -48,13 +48,17 @@ logits = model(batches[0, :, :-1])[0].detach()
 state = full_model_state(model)
 if rank == 0:
     torch.save({"grads": result, "shards": shards, "logits": logits, "model": state}, sys.argv[1])
-dist.destroy_process_group()
+del model
+end_processes()
 """
 
 
 def torchrun(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """Run args[0] with args[1:] on 2 processes; it must end its process group's threads (the ends_its_threads
+    fixture, which each test using this asks for, puts the checking script in cwd)."""
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+                             str(cwd / "ends_its_threads.py"), *args], capture_output=True, text=True, env=env,
+                            cwd=cwd, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -76,7 +80,7 @@ def losses(out_dir: Path) -> list[float]:
 
 
 @pytest.mark.slow
-def test_fsdp_gradients_shards_activation_checkpointing_and_a_full_state_dict(tmp_path, script_env):
+def test_fsdp_gradients_shards_activation_checkpointing_and_a_full_state_dict(tmp_path, script_env, ends_its_threads):
     (tmp_path / "worker.py").write_text(f"CONFIG = {WORKER_CONFIG!r}\n" + WORKER)
     torchrun([str(tmp_path / "worker.py"), str(tmp_path / "result.pt")], script_env, tmp_path)
     result = torch.load(tmp_path / "result.pt", weights_only=True)
@@ -117,7 +121,7 @@ def test_fsdp_gradients_shards_activation_checkpointing_and_a_full_state_dict(tm
 
 
 @pytest.mark.slow
-def test_fsdp_training_equals_one_process_and_resumes_exactly(tmp_path, char_data, script_env):
+def test_fsdp_training_equals_one_process_and_resumes_exactly(tmp_path, char_data, script_env, ends_its_threads):
     torchrun([str(REPO / "train.py"), *train_argv(tmp_path / "fsdp", char_data, parallel="fsdp")], script_env,
              tmp_path)
     train_here(tmp_path / "one", char_data)
@@ -155,7 +159,7 @@ def test_fsdp_training_equals_one_process_and_resumes_exactly(tmp_path, char_dat
 
 
 @pytest.mark.slow
-def test_a_single_process_checkpoint_resumes_under_fsdp(tmp_path, char_data, script_env):
+def test_a_single_process_checkpoint_resumes_under_fsdp(tmp_path, char_data, script_env, ends_its_threads):
     train_here(tmp_path / "one", char_data)
     train_here(tmp_path / "resumed", char_data, max_iters=2)
     torchrun([str(REPO / "train.py"), *train_argv(tmp_path / "resumed", char_data, parallel="fsdp",

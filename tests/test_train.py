@@ -372,13 +372,17 @@ def test_wandb_disabled_logs_what_metrics_jsonl_holds(tmp_path, char_data, monke
 
 
 def torchrun(tmp_path, argv: list[str], env: dict, processes: int = 2) -> subprocess.CompletedProcess:
+    """train.py under torchrun, checked to end its process group's threads (the ends_its_threads fixture, which
+    each test using this asks for, puts the checking script in tmp_path)."""
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc_per_node={processes}", str(REPO / "train.py"), *argv],
+                           f"--nproc_per_node={processes}", str(tmp_path / "ends_its_threads.py"),
+                           str(REPO / "train.py"), *argv],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
 
 
 @pytest.mark.slow
-def test_ddp_two_processes_equal_one_process_with_gradient_accumulation(tmp_path, char_data, script_env):
+def test_ddp_two_processes_equal_one_process_with_gradient_accumulation(tmp_path, char_data, script_env,
+                                                                        ends_its_threads):
     """4 micro-batches per step: 2 per process (exercising no_sync) against all 4 in one process."""
     settings = dict(gradient_accumulation_steps=4, max_iters=8, lr_decay_iters=8, learning_rate=2e-4, min_lr=2e-5,
                     eval_interval=4, dropout=0.0)
@@ -409,7 +413,7 @@ def test_ddp_two_processes_equal_one_process_with_gradient_accumulation(tmp_path
 
 
 @pytest.mark.slow
-def test_ddp_gradient_accumulation_must_divide_among_processes(tmp_path, char_data, script_env):
+def test_ddp_gradient_accumulation_must_divide_among_processes(tmp_path, char_data, script_env, ends_its_threads):
     result = torchrun(tmp_path, command_line(tmp_path / "out", char_data, gradient_accumulation_steps=3), script_env)
     assert result.returncode != 0
     assert "gradient_accumulation_steps=3 must be a multiple of the number of processes (2)" in result.stderr
