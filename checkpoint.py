@@ -15,11 +15,25 @@ from pathlib import Path
 import torch
 
 from files import atomic_files
-from model import GPT, GPTConfig
+from model import GPT, GPT2_NAMES, GPTConfig
 from options import UserError
 from tokenizer import check_description
 
 RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")
+
+
+def check_init_from(init_from: str, modes: tuple[str, ...]) -> None:
+    """A ValueError unless init_from is one of the script's modes (train: scratch, resume; sample: resume), a
+    GPT-2 name or a local folder."""
+    known = (*modes, *GPT2_NAMES)
+    if init_from.removeprefix("openai-community/") not in known and not Path(init_from).is_dir():
+        raise ValueError(f"init_from={init_from!r} must be one of {', '.join(known)}, or a local folder "
+                         "holding a Hugging Face GPT-2 (config.json and model.safetensors)")
+
+
+def all_finite(tensors) -> bool:
+    """No NaN or inf in any floating-point tensor of tensors."""
+    return all(torch.isfinite(t).all() for t in tensors if t.is_floating_point())
 
 
 def save_checkpoint(state: dict, path: str | os.PathLike) -> None:
@@ -93,7 +107,7 @@ def model_from_checkpoint(state: dict, source: str | os.PathLike = "the checkpoi
         name = wrong[0]
         raise UserError(f"{source}: the model settings do not fit the weights: {name} should be {expected[name]} "
                         f"by the settings but is {found[name]} in the file ({len(wrong)} tensor(s) differ)")
-    if not all(torch.isfinite(t).all() for t in weights.values() if t.is_floating_point()):
+    if not all_finite(weights.values()):
         raise UserError(f"{source}: the weights hold NaN or inf")
     if state["tokenizer"]["vocab_size"] > config.vocab_size:
         raise UserError(f"{source}: its tokenizer has {state['tokenizer']['vocab_size']} tokens, more than the "

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from checkpoint import load_checkpoint, load_pretrained, model_from_checkpoint
+from checkpoint import check_init_from, load_checkpoint, load_pretrained, model_from_checkpoint
 from dataset import read_text
 from devices import autocast_context, choose_device, choose_dtype
-from model import GPT, GPT2_NAMES
+from model import GPT
 from options import UserError, main_guard, parse_options
 from tokenizer import GPT2Tokenizer, Tokenizer, from_description
 
@@ -51,10 +51,7 @@ class SampleConfig:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1], or None for all tokens")
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
-        known = ("resume", *GPT2_NAMES)
-        if self.init_from.removeprefix("openai-community/") not in known and not Path(self.init_from).is_dir():
-            raise ValueError(f"init_from={self.init_from!r} must be one of {', '.join(known)}, or a local folder "
-                             "holding a Hugging Face GPT-2 (config.json and model.safetensors)")
+        check_init_from(self.init_from, ("resume",))
 
 
 def read_checkpoint(path: Path) -> tuple[GPT, dict]:

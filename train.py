@@ -21,11 +21,19 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from checkpoint import RESUME_KEYS, load_checkpoint, load_pretrained, model_from_checkpoint, save_checkpoint
+from checkpoint import (
+    RESUME_KEYS,
+    all_finite,
+    check_init_from,
+    load_checkpoint,
+    load_pretrained,
+    model_from_checkpoint,
+    save_checkpoint,
+)
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from files import lock_folder, remove_stale_temps
-from model import GPT, GPT2_NAMES, GPTConfig
+from model import GPT, GPTConfig
 from options import UserError, chosen_values, main_guard, parse_options
 from parallel import (
     PARALLELS,
@@ -99,10 +107,7 @@ class TrainConfig:
             raise ValueError(f"parallel={self.parallel!r} must be one of {', '.join(PARALLELS)}")
         if not self.out_dir.strip():
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
-        known = ("scratch", "resume", *GPT2_NAMES)
-        if self.init_from.removeprefix("openai-community/") not in known and not Path(self.init_from).is_dir():
-            raise ValueError(f"init_from={self.init_from!r} must be one of {', '.join(known)}, or a local folder "
-                             "holding a Hugging Face GPT-2 (config.json and model.safetensors)")
+        check_init_from(self.init_from, ("scratch", "resume"))
 
 
 class Diverged(UserError, FloatingPointError):
@@ -246,10 +251,6 @@ class StopRequest:
     def __exit__(self, *exc):
         for number, handler in self.previous.items():
             signal.signal(number, handler)
-
-
-def all_finite(tensors) -> bool:
-    return all(torch.isfinite(t).all() for t in tensors)
 
 
 @dataclass
