@@ -20,12 +20,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from files import atomic_files, remove_stale_temps
+from files import replace_files
 from options import UserError
-from tokenizer import TOKENIZER_FILE, GPT2Tokenizer, gpt2_encoding
+from tokenizer import DATASET_FILES, GPT2Tokenizer, gpt2_encoding
 
 SUFFIXES = (".txt", ".jsonl")
-OUTPUTS = ("train.bin", "val.bin", TOKENIZER_FILE)  # tokenizer.json last: it says what the .bin files hold
 
 
 @dataclass
@@ -207,16 +206,14 @@ def tokenize_corpus(files: list[Path], config: CorpusConfig, outputs: dict[bool,
 def prepare_corpus(config: CorpusConfig, out_dir: str | os.PathLike) -> dict:
     """Tokenize the corpus config.input into out_dir; returns the description written to tokenizer.json."""
     out = Path(out_dir)
-    existing = [name for name in OUTPUTS if (out / name).exists()]
+    existing = [name for name in DATASET_FILES if (out / name).exists()]
     if existing and not config.overwrite:
         raise UserError(f"{out} already holds a dataset ({', '.join(existing)}); pass --overwrite=True to replace "
                          "it, or choose another --out_dir")
     files = corpus_files(config.input)
     tokenizer = GPT2Tokenizer()  # offline without the BPE files: fails here, before any work
-    if out.is_dir():
-        remove_stale_temps(out, OUTPUTS)  # what a killed prepare left
     # Everything is written in full before anything replaces the old dataset: a failure leaves that one whole.
-    with atomic_files(*(out / name for name in OUTPUTS)) as (train_temp, val_temp, description_temp):
+    with replace_files(out, DATASET_FILES) as (train_temp, val_temp, description_temp):
         with train_temp.open("wb") as train, val_temp.open("wb") as val, \
                 tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, unit_divisor=1024,
                      disable=not config.progress, desc="tokenizing") as bar:

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from files import atomic_files, remove_stale_temps
+from files import atomic_files, replace_files
 from options import OfflineError, UserError
-from tokenizer import TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
+from tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
 
 REPO_ROOT = Path(__file__).resolve().parent
 
@@ -93,12 +93,8 @@ def prepare(text: str, out_dir: str | os.PathLike, tokenizer_kind: str, config: 
                          f"val tokens (val_fraction={config.val_fraction}); each split needs at least 2")
     description = {**tokenizer.description(), "dtype": dtype.name, "train_tokens": len(ids) - n_val,
                    "val_tokens": n_val, "source": source}
-    out = Path(out_dir)
-    names = ("train.bin", "val.bin", TOKENIZER_FILE)  # tokenizer.json last: it says what the .bin files hold
-    if out.is_dir():
-        remove_stale_temps(out, names)  # what a killed prepare left
     # All three are written in full before any replaces the old dataset: a failure leaves that one whole.
-    with atomic_files(*(out / name for name in names)) as (train_temp, val_temp, description_temp):
+    with replace_files(Path(out_dir), DATASET_FILES) as (train_temp, val_temp, description_temp):
         ids[:-n_val].astype(dtype).tofile(train_temp)
         ids[-n_val:].astype(dtype).tofile(val_temp)
         description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")

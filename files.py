@@ -77,6 +77,16 @@ def remove_stale_temps(folder: Path, names: tuple[str, ...]) -> list[Path]:
     return stale
 
 
+@contextlib.contextmanager
+def replace_files(folder: Path, names: tuple[str, ...]) -> Iterator[list[Path]]:
+    """atomic_files for the files names in folder, after removing the temporary files that a killed writer of
+    them left there."""
+    if folder.is_dir():
+        remove_stale_temps(folder, names)
+    with atomic_files(*(folder / name for name in names)) as temps:
+        yield temps
+
+
 def lock_folder(folder: Path, stack: contextlib.ExitStack) -> None:
     """Hold an exclusive lock on folder until the stack closes (or the process dies, whatever kills it).
 

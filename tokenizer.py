@@ -9,6 +9,8 @@ import numpy as np
 from options import OfflineError, UserError
 
 TOKENIZER_FILE = "tokenizer.json"
+# The files of a prepared dataset, in the order they are replaced: tokenizer.json last, as it says what the .bin hold.
+DATASET_FILES = ("train.bin", "val.bin", TOKENIZER_FILE)
 
 
 class CharTokenizer:
