@@ -7,6 +7,7 @@ and can be swapped for a sinusoidal table or for no position signal at all (NoPE
 attention instead: rotary embeddings (RoPE) turn queries and keys, ALiBi adds a distance penalty to the scores.
 """
 
+import itertools
 import json
 import math
 import os
@@ -604,10 +605,30 @@ def download_hf_gpt2(name: str) -> Path:
 
 
 def compiled_decode_step(model: GPT):
-    """model.decode_step compiled to one graph with fixed shapes; on CUDA with CUDA graphs (reduce-overhead),
-    which replay the step's hundred small kernels as one launch. The first call per batch size compiles."""
-    mode = "reduce-overhead" if model.input_layer.wte.is_cuda else "default"
-    return torch.compile(model.decode_step, mode=mode, fullgraph=True, dynamic=False)
+    """model.decode_step compiled to one graph with fixed shapes; the first call per batch size compiles.
+
+    On CUDA with CUDA graphs (reduce-overhead), which replay the step's hundred small kernels as one launch. On the
+    CPU under no_grad, with the weights frozen into the graph (inductor's freezing), which packs them for MKL's
+    matrix-vector products: the step ran 1.3x faster than compiled without it (bench.py). A frozen graph holds the
+    weights it was compiled with, so when this model's weights have changed since, every compiled graph is dropped
+    (torch.compiler.reset) and the step compiles again.
+    """
+    if model.input_layer.wte.device.type != "cpu":
+        mode = "reduce-overhead" if model.input_layer.wte.is_cuda else "default"
+        return torch.compile(model.decode_step, mode=mode, fullgraph=True, dynamic=False)
+    weights = [(t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers())]
+    if getattr(model, "_frozen_weights", weights) != weights:
+        torch.compiler.reset()
+    model._frozen_weights = weights
+    step = torch.compile(model.decode_step, fullgraph=True, dynamic=False)
+    from torch._inductor import config as inductor_config  # imported with the compiler, not with the model
+
+    def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        # freezing is read when a graph compiles, on the first call: a config patch, not a global setting
+        with inductor_config.patch(freezing=True):
+            return step(token, position, cache)
+
+    return frozen_step
 
 
 def fused_adamw_devices() -> tuple[str, ...]:

@@ -42,6 +42,22 @@ def test_compiled_decoding_equals_eager_and_uncached(pos_encoding):
         assert torch.equal(runs[0], runs[1]), (slide, kw)
 
 
+@pytest.mark.slow
+@torch.no_grad()
+def test_compiled_decoding_follows_weights_changed_after_compiling():
+    """On the CPU the weights are frozen into the compiled graph: changing them must not leave a stale graph."""
+    model = tiny_model("learned")
+    prompt, tokens = random_ids(1, 4, seed=27), random_ids(1, 3, seed=28)
+    eager_and_compiled_logits(model, prompt, tokens)  # compiles with these weights
+    for p in model.parameters():
+        p.mul_(1.5)  # in place, as an optimizer step or load_state_dict does
+    eager, compiled = eager_and_compiled_logits(model, prompt, tokens)
+    assert max_abs(compiled, eager) < 1e-5
+    model.load_state_dict(tiny_model("learned", seed=1).state_dict())
+    eager, compiled = eager_and_compiled_logits(model, prompt, tokens)
+    assert max_abs(compiled, eager) < 1e-5
+
+
 @pytest.mark.parametrize("pos_encoding", M.POS_ENCODINGS)
 @torch.no_grad()
 def test_cached_generation_equals_uncached_for_every_encoding(pos_encoding):
