@@ -212,7 +212,7 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
     peaks = {dtype: peak_flops(device, dtype, clock) for dtype in {v.dtype for v in variants}}
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
           f"{tokens_per_step:,} tokens/step; peak " + ", ".join(
-              f"{str(d).removeprefix('torch.')} {p / 1e9:,.1f} GFLOP/s ({source})" for d, (p, source) in peaks.items()))
+              f"{dtype_name(d)} {p / 1e9:,.1f} GFLOP/s ({source})" for d, (p, source) in peaks.items()))
     plain = statistics.median(rates[variants[0].name])
     print(f"{'bare loop':30} {'tokens/s':>10} {'vs plain':>9} {'MFU':>7} {'optimizer':>10}  rounds")
     for variant in variants:
@@ -222,9 +222,12 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
               f" {statistics.median(optimizer_ms[variant.name]):7.2f} ms  "
               f"{', '.join(f'{r:,.0f}' for r in rates[variant.name])}")
     if bench.nanogpt_dir:
-        ours, theirs = (statistics.median(rates[name]) for name in ("+ compile", "nanoGPT: compile"))
-        print(f"per step, compiled: ours {1e3 * tokens_per_step / ours:.2f} ms, nanoGPT "
-              f"{1e3 * tokens_per_step / theirs:.2f} ms ({ours / theirs - 1:+.1%} tokens/s)")
+        theirs = tokens_per_step / statistics.median(rates["nanoGPT: compile"])
+        for variant in variants:
+            if variant.compile and not variant.nanogpt:
+                ours = tokens_per_step / statistics.median(rates[variant.name])
+                print(f"per step, ours ({variant.name.removeprefix('+ ')}) {1e3 * ours:.2f} ms against nanoGPT's "
+                      f"compiled {1e3 * theirs:.2f} ms: {ours / theirs - 1:+.1%} time")
     wall, train_rate = statistics.median(wall_rates), statistics.median(train_rates)
     print(f"wall clock: bare loop as configured ({configured.name}) {wall:,.0f} tokens/s, train.py "
           f"{train_rate:,.0f} tokens/s: train.py overhead {1 - train_rate / wall:+.1%}  "
@@ -238,10 +241,10 @@ def bench_clock(bench: BenchConfig, device: torch.device):
     return time.process_time if bench.clock == "cpu" else time.perf_counter
 
 
-def decode_floor_seconds(model: GPT, clock, batch_size: int = 1, repeats: int = 20) -> float:
-    """Seconds of the decode step's matrix products alone (every Linear of the model, one token per row)."""
-    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    inputs = [torch.randn(batch_size, w.size(1), device=w.device, dtype=w.dtype) for w in weights]
+def decode_floor_seconds(model: GPT, clock, dtype: torch.dtype = torch.float32, repeats: int = 20) -> float:
+    """Seconds of the decode step's matrix products alone in dtype (every Linear of the model, batch 1)."""
+    weights = [m.weight.to(dtype) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = [torch.randn(1, w.size(1), device=w.device, dtype=dtype) for w in weights]
     best = float("inf")
     with torch.no_grad():
         for _ in range(repeats):
@@ -254,12 +257,14 @@ def decode_floor_seconds(model: GPT, clock, batch_size: int = 1, repeats: int = 
     return best
 
 
-def decode_rate(model: GPT, prompt: torch.Tensor, new_tokens: int, clock=time.perf_counter, **kwargs) -> float:
+def decode_rate(model: GPT, prompt: torch.Tensor, new_tokens: int, clock=time.perf_counter,
+                dtype: torch.dtype = torch.float32, **kwargs) -> float:
     """Tokens/s (per sequence) of generating new_tokens after prompt, the prompt's own run included."""
     device = prompt.device
     synchronize(device)
     started = clock()
-    model.generate(prompt, new_tokens, temperature=0.8, top_k=200, **kwargs)
+    with autocast_context(device, dtype):
+        model.generate(prompt, new_tokens, temperature=0.8, top_k=200, **kwargs)
     synchronize(device)
     return new_tokens / (clock() - started)
 
@@ -282,42 +287,57 @@ def decode_step_rate(model: GPT, step, clock, repeats: int = 50) -> float:
 
 def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> None:
     device = choose_device(config.device)
+    dtype = choose_dtype(config.dtype, device)
     torch.manual_seed(config.seed)
     model = GPT(replace(model_config, vocab_size=bench.sample_vocab_size, dropout=0.0)).to(device).eval()
     block_size, batch = model_config.block_size, bench.sample_batch
     clock = bench_clock(bench, device)
     prompt = torch.randint(bench.sample_vocab_size, (1, block_size), device=device)
-    runs = {"crop loop (no cache, slide=1)": (1, bench.crop_tokens, {"use_cache": False, "slide": 1})}
+    # name: (rows, new tokens, autocast dtype, generate's options); the crop loop runs as nanoGPT's does on a CPU
+    runs = {"crop loop (no cache, slide=1)": (1, bench.crop_tokens, torch.float32, {"use_cache": False, "slide": 1})}
+    dtypes = [dtype]
+    if device.type == "cpu" and dtype == torch.float32:
+        dtypes.append(torch.bfloat16)  # the compiled step then folds the weights' casts into bfloat16 constants
     for rows in (1, batch):
-        runs[f"KV cache, batch {rows}"] = (rows, bench.max_new_tokens, {})
-        runs[f"KV cache, compiled, batch {rows}"] = (rows, bench.max_new_tokens, {"compile": True})
+        runs[f"KV cache, batch {rows}"] = (rows, bench.max_new_tokens, dtype, {})
+        for run_dtype in dtypes:
+            label = "" if run_dtype == torch.float32 else f", {dtype_name(run_dtype)}"
+            runs[f"KV cache, compiled{label}, batch {rows}"] = (rows, bench.max_new_tokens, run_dtype,
+                                                                 {"compile": True})
     rates = {name: [] for name in [*runs, "decode step alone, eager", "decode step alone, compiled"]}
-    floors = []
-    for name, (rows, _, kwargs) in runs.items():
+    floors = {d: [] for d in dict.fromkeys(dtypes)}
+    for name, (rows, _, run_dtype, kwargs) in runs.items():
         started = time.perf_counter()
-        decode_rate(model, prompt.expand(rows, -1), 8, **kwargs)  # warm-up
+        decode_rate(model, prompt.expand(rows, -1), 8, dtype=run_dtype, **kwargs)  # warm-up
         if kwargs.get("compile"):
             print(f"{name}: first call (compilation) {time.perf_counter() - started:.1f} s")
     for _ in range(bench.rounds):
-        floors.append(1 / decode_floor_seconds(model, clock))
-        rates["decode step alone, eager"].append(decode_step_rate(model, model.decode_step, clock))
-        rates["decode step alone, compiled"].append(decode_step_rate(model, compiled_decode_step(model), clock))
-        for name, (rows, new_tokens, kwargs) in runs.items():
-            rates[name].append(decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, **kwargs))
-    floor = statistics.median(floors)
+        for floor_dtype, values in floors.items():
+            values.append(1 / decode_floor_seconds(model, clock, floor_dtype))
+        with autocast_context(device, dtype):
+            rates["decode step alone, eager"].append(decode_step_rate(model, model.decode_step, clock))
+            rates["decode step alone, compiled"].append(decode_step_rate(model, compiled_decode_step(model), clock))
+        for name, (rows, new_tokens, run_dtype, kwargs) in runs.items():
+            rates[name].append(decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, run_dtype, **kwargs))
+    floor = {d: statistics.median(values) for d, values in floors.items()}
     crop = statistics.median(rates["crop loop (no cache, slide=1)"])
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
           f"{model.get_num_params():,} parameters, block_size {block_size}; prompt of {block_size} tokens, "
           f"{bench.max_new_tokens} new ({bench.crop_tokens} for the crop loop), temperature 0.8, top_k 200")
-    print(f"{'matmul floor, batch 1':37} {floor:9,.0f} tokens/s")
+    for floor_dtype, rate in floor.items():
+        print(f"{'matmul floor, ' + dtype_name(floor_dtype) + ', batch 1':37} {rate:9,.0f} tokens/s")
     for name in ("decode step alone, eager", "decode step alone, compiled"):
         rate = statistics.median(rates[name])
-        print(f"{name:37} {rate:9,.0f} tokens/s {rate / floor:6.1%} of floor")
-    for name, (rows, _, _) in runs.items():
+        print(f"{name:37} {rate:9,.0f} tokens/s {rate / floor[dtype]:6.1%} of floor")
+    for name, (rows, _, run_dtype, _) in runs.items():
         rate = statistics.median(rates[name]) * rows
-        of_floor = f"{rate / floor:6.1%} of floor" if rows == 1 else " " * 15
+        of_floor = f"{rate / floor[run_dtype]:6.1%} of floor" if rows == 1 else " " * 15
         print(f"{name:37} {rate:9,.0f} tokens/s {of_floor} {rate / crop:7.1f}x the crop loop  "
               f"rounds {', '.join(f'{r * rows:,.0f}' for r in rates[name])}")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def main(argv: list[str]) -> None:

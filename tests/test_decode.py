@@ -58,6 +58,21 @@ def test_compiled_decoding_follows_weights_changed_after_compiling():
     assert max_abs(compiled, eager) < 1e-5
 
 
+@pytest.mark.slow
+@torch.no_grad()
+def test_compiled_decoding_under_bfloat16_autocast_equals_eager():
+    """sample.py --dtype=bfloat16 --compile: the frozen graph folds the weights' bfloat16 casts into constants."""
+    model = tiny_model("rope")
+    prompt, tokens = random_ids(2, 4, seed=29), random_ids(2, 6, seed=30)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        eager, compiled = eager_and_compiled_logits(model, prompt, tokens)
+    reference, _ = eager_and_compiled_logits(model, prompt, tokens)  # float32
+    assert compiled.dtype == eager.dtype == torch.bfloat16
+    # as close to eager bfloat16 as to float32 rounding allows, and both far from each other's rounding error
+    assert max_abs(compiled.float(), eager.float()) <= 2 * max_abs(eager.float(), reference)
+    assert max_abs(eager.float(), reference) < 0.05
+
+
 @pytest.mark.parametrize("pos_encoding", M.POS_ENCODINGS)
 @torch.no_grad()
 def test_cached_generation_equals_uncached_for_every_encoding(pos_encoding):
