@@ -37,7 +37,7 @@ class SampleConfig:
     dtype: str = "auto"  # auto (bfloat16/float16 on GPU, float32 elsewhere) | float32 | bfloat16 | float16
     stream: bool = False  # print the first sample's tokens as they come
     no_cache: bool = False  # run the whole window every step: the slow reference path
-    compile: bool = False  # compile the decode step: faster tokens after a first call that compiles (~25-45 s)
+    compile: bool = False  # compile the decode step: faster tokens after a first call that compiles (6-15 s)
 
     def __post_init__(self) -> None:
         if self.num_samples < 1 or self.max_new_tokens < 0:
