@@ -8,7 +8,8 @@ change added (fused AdamW, compile, bfloat16 autocast on CPU), then train.train(
 same settings (evaluation excluded), in alternating rounds; MFU against the GPU's peak where known, else against
 this machine's matmul peak measured here.
 Decoding: tokens/s from a random model after a prompt that fills the window, against the decode step's matrix
-products alone (the floor) and against the crop-every-step loop without a cache (nanoGPT's sample.py).
+products alone in the same dtype (the floor) and against the crop-every-step loop without a cache (nanoGPT's
+sample.py, float32 on a CPU); on a CPU in float32, the compiled runs again under bfloat16 autocast.
 """
 
 import contextlib
