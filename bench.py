@@ -294,8 +294,10 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
     block_size, batch = model_config.block_size, bench.sample_batch
     clock = bench_clock(bench, device)
     prompt = torch.randint(bench.sample_vocab_size, (1, block_size), device=device)
-    # name: (rows, new tokens, autocast dtype, generate's options); the crop loop runs as nanoGPT's does on a CPU
-    runs = {"crop loop (no cache, slide=1)": (1, bench.crop_tokens, torch.float32, {"use_cache": False, "slide": 1})}
+    # name: (rows, new tokens, autocast dtype, generate's options); the crop loop in nanoGPT's precision, which has
+    # no autocast on a CPU
+    crop_dtype = torch.float32 if device.type == "cpu" else dtype
+    runs = {"crop loop (no cache, slide=1)": (1, bench.crop_tokens, crop_dtype, {"use_cache": False, "slide": 1})}
     dtypes = [dtype]
     if device.type == "cpu" and dtype == torch.float32:
         dtypes.append(torch.bfloat16)  # the compiled step then folds the weights' casts into bfloat16 constants
@@ -306,10 +308,10 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
             runs[f"KV cache, compiled{label}, batch {rows}"] = (rows, bench.max_new_tokens, run_dtype,
                                                                  {"compile": True})
     rates = {name: [] for name in [*runs, "decode step alone, eager", "decode step alone, compiled"]}
-    floors = {d: [] for d in dict.fromkeys(dtypes)}
+    floors = {d: [] for d in dict.fromkeys(run_dtype for _, _, run_dtype, _ in runs.values())}
     for name, (rows, _, run_dtype, kwargs) in runs.items():
         started = time.perf_counter()
-        decode_rate(model, prompt.expand(rows, -1), 8, dtype=run_dtype, **kwargs)  # warm-up
+        decode_rate(model, prompt.expand(rows, -1), 8, clock, run_dtype, **kwargs)  # warm-up
         if kwargs.get("compile"):
             print(f"{name}: first call (compilation) {time.perf_counter() - started:.1f} s")
     for _ in range(bench.rounds):
