@@ -33,6 +33,7 @@ from checkpoint import (
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from files import lock_folder, remove_stale_temps
+from memory import parameter_counts, training_state_bytes
 from model import GPT, GPTConfig
 from options import UserError, chosen_values, main_guard, parse_options
 from parallel import (
@@ -147,17 +148,17 @@ def model_vocab_size(data_description: dict) -> int:
 
 
 def check_model_fits(model_config: GPTConfig, device: torch.device, shards: int = 1) -> None:
-    """Refuse a model whose weights, gradients and Adam state (16 bytes a parameter, over `shards` processes
-    under FSDP) exceed the memory here."""
-    with torch.device("meta"):
-        parameters = GPT(model_config).get_num_params() // shards
+    """Refuse a model whose weights, gradients and AdamW state (memory.training_state_bytes, over `shards`
+    processes under FSDP) exceed the memory here."""
+    parameters = parameter_counts(model_config)["total"]
+    need = sum(training_state_bytes(parameters, shards).values())
     if device.type == "cuda":
         available = torch.cuda.mem_get_info(device)[1]
     else:
         available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
-    if available and parameters * 16 > available:
+    if available and need > available:
         raise UserError(f"n_layer={model_config.n_layer}, n_embd={model_config.n_embd}, vocab_size="
-                        f"{model_config.vocab_size} make {parameters:,} parameters: about {parameters * 16 / 1e9:,.1f}"
+                        f"{model_config.vocab_size} make {parameters // shards:,} parameters: about {need / 1e9:,.1f}"
                         f" GB to train, but {device} has {available / 1e9:,.1f} GB; choose a smaller model")
 
 
