@@ -419,21 +419,23 @@ def start_wandb(run: Run):
                         "--wandb_mode=offline (no login needed) or --wandb_log=False") from None
 
 
-def checkpoint_dict(run: Run, for_resume: bool) -> dict:
-    """What ckpt.pt (for_resume: with optimizer, config and random states) and best.pt (weights only) hold: full
-    state dicts, as one process has them. Under FSDP every rank must call this; rank 0 receives the weights."""
-    state = {"model_args": asdict(run.model_config), "model": full_model_state(run.model),
-             "tokenizer": run.data_description, "iter_num": run.iter_num, "best_val_loss": run.best_val_loss}
-    if for_resume:
-        rng = {"torch": torch.get_rng_state(), "batches": run.batch_generator.get_state()}
-        if run.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(run.device)
-        state.update(optimizer=full_optimizer_state(run.model, run.optimizer), config=asdict(run.config), rng=rng)
-    return state
+BEST_KEYS = ("model_args", "model", "tokenizer", "iter_num", "best_val_loss")  # what best.pt holds of ckpt.pt
 
 
-def save_latest(run: Run) -> None:
-    state = checkpoint_dict(run, for_resume=True)
+def checkpoint_dict(run: Run) -> dict:
+    """What ckpt.pt holds, best.pt its BEST_KEYS (the weights): full state dicts, as one process has them. Under
+    FSDP every rank must call this; rank 0 receives the weights."""
+    rng = {"torch": torch.get_rng_state(), "batches": run.batch_generator.get_state()}
+    if run.device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(run.device)
+    return {"model_args": asdict(run.model_config), "model": full_model_state(run.model),
+            "tokenizer": run.data_description, "iter_num": run.iter_num, "best_val_loss": run.best_val_loss,
+            "optimizer": full_optimizer_state(run.model, run.optimizer), "config": asdict(run.config), "rng": rng}
+
+
+def save_latest(run: Run, state: dict | None = None) -> None:
+    """Write ckpt.pt from state (default: checkpoint_dict(run)), unless its weights have diverged."""
+    state = checkpoint_dict(run) if state is None else state
     if not run.master:
         return
     if not all_finite(state["model"].values()):
@@ -459,11 +461,11 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
     improved = losses["val"] < run.best_val_loss
     if improved:
         run.best_val_loss = losses["val"]
-        best = checkpoint_dict(run, for_resume=False)
-        if run.master:
-            save_checkpoint(best, run.out_dir / "best.pt")
     if improved or last or run.config.always_save_checkpoint:
-        save_latest(run)
+        state = checkpoint_dict(run)  # gathered once (under FSDP, from every rank) for both files
+        if improved and run.master:
+            save_checkpoint({key: state[key] for key in BEST_KEYS}, run.out_dir / "best.pt")
+        save_latest(run, state)
     return record
 
 
