@@ -359,7 +359,7 @@ def restore(run: Run, state: dict, path: Path) -> None:
 
 
 def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: int, device: torch.device,
-           data_dir: Path, explicit: frozenset[str]) -> Run:
+           data_dir: Path, data_description: dict, explicit: frozenset[str]) -> Run:
     """Data, model (new, pretrained or resumed), optimizer, compilation, DDP and the metrics log."""
     if config.gradient_accumulation_steps % world_size:
         raise UserError(f"gradient_accumulation_steps={config.gradient_accumulation_steps} must be a multiple of "
@@ -368,7 +368,6 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    data_description = read_description(data_dir)
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
     model.activation_checkpointing = config.activation_checkpointing
@@ -516,9 +515,9 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
                      world_size: int, device: torch.device) -> dict:
     with contextlib.ExitStack() as stack:
         data_dir = resolve_data_dir(config.dataset)
-        read_description(data_dir)  # a dataset that is not there stops the run before out_dir is made
+        data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
         claim_out_dir(config, rank == 0, stack)
-        run = set_up(config, model_config, rank, world_size, device, data_dir, explicit)
+        run = set_up(config, model_config, rank, world_size, device, data_dir, data_description, explicit)
         try:
             return train_loop(run)
         finally:
