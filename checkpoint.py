@@ -50,7 +50,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if path.stat().st_size == 0:
         raise UserError(f"{path} is empty, not a checkpoint (a copy or a disk that failed?)")
     try:  # torch does not check the CRCs of its zip archive: a flipped byte in the weights would load silently
-        damaged = zipfile.ZipFile(path).testzip()
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
         raise UserError(f"{path} is truncated, damaged or not a checkpoint ({type(e).__name__})") from None
     if damaged is not None:
