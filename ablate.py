@@ -44,7 +44,7 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 import ablate_plots
-from checkpoint import load_checkpoint, model_from_checkpoint
+from checkpoint import load_checkpoint, read_checkpoint
 from dataset import load_split, resolve_data_dir
 from devices import autocast_context, choose_device, choose_dtype
 from files import atomic_files
@@ -349,7 +349,7 @@ def evaluate_run(run: dict, ablate: AblateConfig) -> dict:
             return cached
     device = choose_device(run["train_config"].device)
     dtype = choose_dtype(run["train_config"].dtype, device)
-    model = model_from_checkpoint(load_checkpoint(run["dir"] / CHECKPOINT)).to(device)
+    model = read_checkpoint(run["dir"] / CHECKPOINT)[0].to(device)
     val = load_split(resolve_data_dir(run["train_config"].dataset), "val", max(lengths))
     started = time.perf_counter()
     protocols = evaluate_model(model, val, lengths, ablate, device, dtype)

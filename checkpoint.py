@@ -118,6 +118,12 @@ def model_from_checkpoint(state: dict, source: str | os.PathLike = "the checkpoi
     return model
 
 
+def read_checkpoint(path: str | os.PathLike) -> tuple[GPT, dict]:
+    """The model of the checkpoint at path (on the CPU), and the checkpoint; errors name the file."""
+    state = load_checkpoint(path)
+    return model_from_checkpoint(state, path), state
+
+
 def load_pretrained(name_or_dir: str, dropout: float = 0.0) -> GPT:
     """GPT.from_pretrained, with what can go wrong in a download or a local folder as a UserError."""
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from checkpoint import check_init_from, load_checkpoint, load_pretrained, model_from_checkpoint
+from checkpoint import check_init_from, load_pretrained, read_checkpoint
 from dataset import read_text
 from devices import autocast_context, choose_device, choose_dtype
 from model import GPT
@@ -52,11 +52,6 @@ class SampleConfig:
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
         check_init_from(self.init_from, ("resume",))
-
-
-def read_checkpoint(path: Path) -> tuple[GPT, dict]:
-    state = load_checkpoint(path)
-    return model_from_checkpoint(state, path), state
 
 
 def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
