@@ -1,7 +1,7 @@
 """Controlled studies: train every cell of a grid under the same seeds, batches, initialisation and budget, then
 evaluate every final model the same way and compare the cells seed by seed.
     python ablate.py config/ablate_positions.py
-    python ablate.py config/ablate_shakespeare_char.py --variants=learned,none --seeds=2 --max_iters=500
+    python ablate.py config/ablate_positions.py --variants=learned,none --seeds=2 --max_iters=500
 
 Cells. --variants lists cells; a cell is a pos_encoding value ("rope"), or name=value settings of any
 GPTConfig/TrainConfig field separated by spaces ("pos_encoding=sinusoidal sinusoidal_amplitude=1.0", or
@@ -308,6 +308,12 @@ def model_losses(model: GPT, device: torch.device, dtype: torch.dtype) -> Callab
     return losses_of
 
 
+def sliding_geometry(ablate: AblateConfig, block_size: int) -> tuple[int, int]:
+    """The sliding protocol's window and stride: by default block_size, and a quarter of the window."""
+    window = ablate.sliding_window or block_size
+    return window, ablate.sliding_stride or max(1, window // 4)
+
+
 def protocol_window(protocol: str, length: int, window: int) -> int:
     return length if protocol == "nonoverlapping" else min(window, length)
 
@@ -316,8 +322,7 @@ def evaluate_model(model: GPT, val: np.ndarray, lengths: list[int], ablate: Abla
                    dtype: torch.dtype) -> dict[str, dict[str, dict | None]]:
     """{protocol: {length: {"loss", "per_position"} or None where the model has no positions that far}}."""
     model.eval()
-    window = ablate.sliding_window or model.config.block_size
-    stride = ablate.sliding_stride or max(1, window // 4)
+    window, stride = sliding_geometry(ablate, model.config.block_size)
     losses_of = model_losses(model, device, dtype)
     results: dict[str, dict[str, dict | None]] = {}
     for protocol in ablate.protocols:
@@ -339,9 +344,9 @@ def evaluate_run(run: dict, ablate: AblateConfig) -> dict:
     """The run's final model on the whole val split under each protocol and length; cached in eval.json."""
     block_size = run["model_config"].block_size
     lengths = eval_lengths(block_size, ablate.eval_multipliers)
-    window = ablate.sliding_window or block_size
+    window, stride = sliding_geometry(ablate, block_size)
     key = {"checkpoint": CHECKPOINT, "lengths": lengths, "protocols": ablate.protocols, "window": window,
-           "stride": ablate.sliding_stride or max(1, window // 4)}
+           "stride": stride}
     eval_file = run["dir"] / "eval.json"
     if eval_file.exists():
         cached = json.loads(eval_file.read_text())
@@ -469,8 +474,7 @@ FAMILY_NOTES = {
 
 def header_lines(ablate: AblateConfig, plan: list[dict], records: list[dict], lengths: list[int]) -> list[str]:
     first, model_config = plan[0]["train_config"], plan[0]["model_config"]
-    window = ablate.sliding_window or model_config.block_size
-    stride = ablate.sliding_stride or max(1, window // 4)
+    window, stride = sliding_geometry(ablate, model_config.block_size)
     budget = f"{first.max_iters} steps" + (f" or {first.max_seconds:g} s of training" if first.max_seconds else "")
     train_minutes = sum(r["train_seconds"] for r in records) / 60
     eval_minutes = sum(r["eval"]["seconds"] for r in records) / 60
@@ -583,7 +587,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     rows = summarize(records, lengths, ablate.protocols)
     families = study_comparisons(records, cells, lengths, ablate, block_size)
     study = {"ablate_config": asdict(ablate), "lengths": lengths, "block_size": block_size,
-             "window": ablate.sliding_window or block_size, "checkpoint": CHECKPOINT, "confidence": CONFIDENCE,
+             "window": sliding_geometry(ablate, block_size)[0], "checkpoint": CHECKPOINT, "confidence": CONFIDENCE,
              "invocation_seconds": time.perf_counter() - started}
     plots = ablate_plots.plot_all(study_dir, rows, records, families, study, position_tables(plan),
                                   ablate.reference or cells[0])
