@@ -472,7 +472,7 @@ FAMILY_NOTES = {
 }
 
 
-def header_lines(ablate: AblateConfig, plan: list[dict], records: list[dict], lengths: list[int]) -> list[str]:
+def header_lines(ablate: AblateConfig, plan: list[dict], records: list[dict]) -> list[str]:
     first, model_config = plan[0]["train_config"], plan[0]["model_config"]
     window, stride = sliding_geometry(ablate, model_config.block_size)
     budget = f"{first.max_iters} steps" + (f" or {first.max_seconds:g} s of training" if first.max_seconds else "")
@@ -496,7 +496,8 @@ def header_lines(ablate: AblateConfig, plan: list[dict], records: list[dict], le
            "At L = block_size both are the same number, the headline val loss" if "sliding" in ablate.protocols
            else "") + ".",
     ]
-    if any(run["model_config"].pos_encoding == "learned" for run in plan) and max(lengths) > window:
+    if any(entry is None for r in records for by_length in r["eval"]["protocols"].values()
+           for entry in by_length.values()):
         lines += ["", "n/a: a learned table has no rows past block_size."]
     return lines
 
@@ -591,7 +592,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
              "invocation_seconds": time.perf_counter() - started}
     plots = ablate_plots.plot_all(study_dir, rows, records, families, study, position_tables(plan),
                                   ablate.reference or cells[0])
-    write_results(study_dir, rows, families, records, lengths, header_lines(ablate, plan, records, lengths), study,
+    write_results(study_dir, rows, families, records, lengths, header_lines(ablate, plan, records), study,
                   plots)
     return {**study, "summary": rows, "comparisons": families, "runs": records, "interrupted": 0}
 

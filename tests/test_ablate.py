@@ -278,6 +278,7 @@ def test_learned_is_na_past_block_size_only_without_a_sliding_window(study):
         rows = {(r["cell"], r["protocol"], r["length"]): r for r in csv.DictReader(file)}
     assert rows["learned", "nonoverlapping", str(4 * BLOCK)]["mean"] == "n/a"
     assert float(rows["learned", "sliding", str(4 * BLOCK)]["mean"]) > 0
+    assert "n/a: a learned table has no rows past block_size." in (study.dir / "results.md").read_text()
 
 
 def test_table_and_comparisons_match_recomputation(study):
