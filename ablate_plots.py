@@ -46,7 +46,7 @@ def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
     palette = colors(cells)
-    tail_values = []
+    tails = []  # per cell: lowest and highest band edge in the second half, where that half starts and ends
     for cell in cells:
         runs = [r for r in records if r["variant"] == cell]
         steps = sorted(set.intersection(*(set(e["iter"] for e in r["evals"]) for r in runs)))
@@ -56,9 +56,9 @@ def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str
             ax.plot(steps, mean, color=palette[cell], marker="o", markersize=3, label=cell)
             ax.fill_between(steps, low, high, color=palette[cell], alpha=0.25, linewidth=0)
         tail = [i for i, s in enumerate(steps) if s >= max(steps) / 2]
-        tail_values += [low[tail].min(), high[tail].max(), steps[tail[0]], steps[-1]]
-    low, high = min(tail_values[0::4]), max(tail_values[1::4])
-    start, end = max(tail_values[2::4]), max(tail_values[3::4])
+        tails.append((low[tail].min(), high[tail].max(), steps[tail[0]], steps[-1]))
+    lows, highs, starts, ends = zip(*tails, strict=True)
+    low, high, start, end = min(lows), max(highs), max(starts), max(ends)
     margin = 0.05 * (high - low) + 1e-3
     axes[1].set_xlim(start - 0.02 * (end - start), end + 0.02 * (end - start) + 1e-9)
     axes[1].set_ylim(low - margin, high + margin)
