@@ -368,14 +368,8 @@ def evaluate_run(run: dict, ablate: AblateConfig) -> dict:
 
 def seed_values(records: list[dict], variant: str, protocol: str, length: int) -> dict[int, float] | None:
     """{seed: loss} of a cell under one protocol and length; None when the cell cannot run it."""
-    values = {}
-    for r in records:
-        if r["variant"] == variant:
-            entry = r["eval"]["protocols"].get(protocol, {}).get(str(length))
-            if entry is None:
-                return None
-            values[r["seed"]] = entry["loss"]
-    return values
+    entries = ablate_plots.seed_entries(records, variant, protocol, length)
+    return None if entries is None else {seed: entry["loss"] for seed, entry in entries.items()}
 
 
 def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int]) -> list[dict]:

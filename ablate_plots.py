@@ -105,11 +105,18 @@ def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict, protocol
     return "loss_vs_length"
 
 
+def seed_entries(records: list[dict], cell: str, protocol: str, n: int) -> dict[int, dict] | None:
+    """{seed: {"loss", "per_position"}} of a cell under one protocol at length n, in seed order; None when the
+    cell cannot run that length (or has no runs)."""
+    entries = {r["seed"]: r["eval"]["protocols"].get(protocol, {}).get(str(n))
+               for r in sorted(records, key=lambda r: r["seed"]) if r["variant"] == cell}
+    return None if not entries or None in entries.values() else entries
+
+
 def position_curves(records: list[dict], cell: str, protocol: str, n: int) -> np.ndarray | None:
     """(seeds, n) loss at each position, in seed order; None when the cell cannot run the length."""
-    runs = sorted((r for r in records if r["variant"] == cell), key=lambda r: r["seed"])
-    curves = [r["eval"]["protocols"].get(protocol, {}).get(str(n)) for r in runs]
-    return None if None in curves or not curves else np.array([c["per_position"] for c in curves])
+    entries = seed_entries(records, cell, protocol, n)
+    return None if entries is None else np.array([entry["per_position"] for entry in entries.values()])
 
 
 def moving_mean(curves: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -286,8 +293,8 @@ def plot_sweep(study_dir: Path, rows: list[dict], records: list[dict], study: di
                 continue
             x, means, halves = np.array(points).T
             ax.errorbar(x, means, yerr=np.nan_to_num(halves), marker="o", capsize=4, label="mean and interval")
-            seeds = [(value, r["eval"]["protocols"]["nonoverlapping"][str(n)]["loss"]) for cell, value in group.items()
-                     for r in records if r["variant"] == cell]
+            seeds = [(value, entry["loss"]) for cell, value in group.items()
+                     for entry in (seed_entries(records, cell, "nonoverlapping", n) or {}).values()]
             ax.scatter(*np.array(seeds).T, s=14, color="black", alpha=0.6, zorder=3, label="one seed")
             ax.legend()
             if min(x) > 0 and max(x) / min(x) >= 10:
