@@ -74,10 +74,10 @@ def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str
     return "training"
 
 
-def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict, protocols: list[str]) -> str:
+def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict) -> str:
     """Mean val loss against eval length, one panel per protocol, with the seed interval as a band."""
     plt = pyplot()
-    block_size, lengths = study["block_size"], study["lengths"]
+    block_size, lengths, protocols = study["block_size"], study["lengths"], study["ablate_config"]["protocols"]
     fig, axes = plt.subplots(1, len(protocols), figsize=(7.5 * len(protocols), 6), sharey=True, squeeze=False)
     palette = colors([row["variant"] for row in rows])
     for ax, protocol in zip(axes[0], protocols, strict=True):
@@ -316,8 +316,7 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], families: d
     """Every plot that the study has data for; their names (PNG files in study_dir)."""
     cells = [row["variant"] for row in rows]
     names = [plot_training(study_dir, records, cells),
-             plot_loss_vs_length(study_dir, rows, study, study["ablate_config"]["protocols"])
-             if len(study["lengths"]) > 1 else None,
+             plot_loss_vs_length(study_dir, rows, study) if len(study["lengths"]) > 1 else None,
              plot_loss_by_position(study_dir, records, study, cells, reference),
              plot_paired(study_dir, families, study, reference),
              plot_similarity(study_dir, tables) if tables is not None else None,
