@@ -47,9 +47,10 @@ import ablate_plots
 from checkpoint import load_checkpoint, read_checkpoint
 from dataset import load_split, resolve_data_dir
 from devices import autocast_context, choose_device, choose_dtype
+from errors import OptionError, UserError, main_guard
 from files import atomic_files
 from model import GPT, POS_ENCODINGS, GPTConfig
-from options import OptionError, UserError, _convert, main_guard, parse_options
+from options import _convert, parse_options
 from paired_stats import CONFIDENCE, holm, interval, paired
 from tokenizer import read_description
 from train import TrainConfig, build_model, train

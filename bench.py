@@ -26,8 +26,9 @@ from torch.nn import functional as F
 
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import autocast_context, choose_device, choose_dtype
+from errors import main_guard
 from model import GPT, GPTConfig, compiled_decode_step, fused_adamw_devices
-from options import main_guard, parse_options
+from options import parse_options
 from tokenizer import read_description
 from train import TrainConfig, model_vocab_size, train
 

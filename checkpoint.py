@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
+from errors import UserError
 from files import atomic_files
 from model import GPT, GPT2_NAMES, GPTConfig
-from options import UserError
 from tokenizer import check_description
 
 RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from errors import UserError
 from files import replace_files
-from options import UserError
 from tokenizer import DATASET_FILES, GPT2Tokenizer, gpt2_encoding
 
 SUFFIXES = (".txt", ".jsonl")

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from errors import OfflineError, UserError
 from files import atomic_files, replace_files
-from options import OfflineError, UserError
 from tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
 
 REPO_ROOT = Path(__file__).resolve().parent
@@ -103,7 +103,8 @@ def prepare(text: str, out_dir: str | os.PathLike, tokenizer_kind: str, config: 
 
 def prepare_main(argv: list[str], out_dir: Path, tokenizer_kind: str, default_text, about: str) -> None:
     """The command line of every data/<name>/prepare.py. default_text() gives the text when --input is not set."""
-    from options import main_guard, parse_options
+    from errors import main_guard
+    from options import parse_options
 
     def main(argv: list[str]) -> None:
         (config,) = parse_options(argv, (PrepareConfig,), prog=f"data/{out_dir.name}/prepare.py", description=about)

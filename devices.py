@@ -4,7 +4,7 @@ import contextlib
 
 import torch
 
-from options import UserError
+from errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from options import UserError
+from errors import UserError
 
 try:
     import fcntl

@@ -137,6 +137,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    from options import main_guard
+    from errors import main_guard
 
     main_guard(main, sys.argv[1:])

@@ -16,8 +16,9 @@ import torch
 from checkpoint import check_init_from, load_pretrained, read_checkpoint
 from dataset import read_text
 from devices import autocast_context, choose_device, choose_dtype
+from errors import UserError, main_guard
 from model import GPT
-from options import UserError, main_guard, parse_options
+from options import parse_options
 from tokenizer import GPT2Tokenizer, Tokenizer, from_description
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from options import OfflineError, UserError
+from errors import OfflineError, UserError
 
 TOKENIZER_FILE = "tokenizer.json"
 # The files of a prepared dataset, in the order they are replaced: tokenizer.json last, as it says what the .bin hold.

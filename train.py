@@ -32,10 +32,11 @@ from checkpoint import (
 )
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import DTYPES, autocast_context, choose_device, choose_dtype
+from errors import UserError, main_guard
 from files import lock_folder, remove_stale_temps
 from memory import parameter_counts, training_state_bytes
 from model import GPT, GPTConfig
-from options import UserError, chosen_values, main_guard, parse_options
+from options import chosen_values, parse_options
 from parallel import (
     PARALLELS,
     end_processes,

@@ -28,8 +28,9 @@ import ablate_plots
 from ablate import AblateConfig, forward_pieces, initial_model, run_plan, run_study, study_cells, token_losses
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, prepare
+from errors import OptionError
 from model import POS_ENCODINGS, GPTConfig
-from options import OptionError, parse_options
+from options import parse_options
 from paired_stats import holm, interval, paired
 from train import TrainConfig, train
 

@@ -5,8 +5,8 @@ import torch
 
 import checkpoint
 from checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+from errors import UserError
 from model import GPT, GPTConfig
-from options import UserError
 
 
 def tiny_model(seed: int = 0) -> GPT:

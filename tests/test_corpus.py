@@ -13,7 +13,7 @@ import torch
 
 from corpus import CorpusConfig, line_start_before_end, prepare_corpus, text_pieces
 from dataset import get_batch, load_split
-from options import UserError
+from errors import UserError
 from tokenizer import GPT2Tokenizer, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -27,7 +27,7 @@ from dataset import (
     sample_offsets,
     token_dtype,
 )
-from options import UserError
+from errors import UserError
 from tokenizer import TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, from_description, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Faults and bad input, as a careless or hostile user makes them: every case ends with its exit code, one line
 that names the problem, no traceback, and the files that were there before byte-for-byte as they were.
 
-Most cases run the scripts' main() in this process (through options.main_guard, as the scripts do); signals,
+Most cases run the scripts' main() in this process (through errors.main_guard, as the scripts do); signals,
 kill -9 and a full disk need a real process and are few.
 """
 
@@ -25,8 +25,8 @@ import sample
 import train as train_module
 from checkpoint import load_checkpoint, save_checkpoint
 from dataset import prepare
+from errors import OptionError, UserError, main_guard
 from files import lock_folder
-from options import OptionError, UserError, main_guard
 from tokenizer import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from errors import OptionError
 from model import GPTConfig
-from options import OptionError, field_docs, parse_options, read_config_file
+from options import field_docs, parse_options, read_config_file
 from train import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from dataset import prepare
+from errors import OptionError
 from model import GPT, GPTConfig
-from options import OptionError
 from sample import SampleConfig, encode_prompt, load_model, sample
 from tokenizer import CharTokenizer, GPT2Tokenizer
 from train import TrainConfig, train

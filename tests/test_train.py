@@ -24,8 +24,9 @@ import torch
 import train as train_module
 from checkpoint import load_checkpoint
 from dataset import get_batch, prepare
+from errors import UserError
 from model import GPT, GPTConfig
-from options import UserError, parse_options
+from options import parse_options
 from train import TrainConfig, get_lr, train
 
 REPO = Path(__file__).resolve().parents[1]

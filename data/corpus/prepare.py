@@ -10,7 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from corpus import CorpusConfig, prepare_corpus  # noqa: E402
-from options import main_guard, parse_options  # noqa: E402
+from errors import main_guard
+from options import parse_options  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
