@@ -19,6 +19,19 @@ import pytest  # noqa: E402
 SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked gpu run only where CUDA is available: CI and laptops skip them, `pytest -m gpu` on a GPU
+    machine runs them."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def one_torch_thread():
     """Tiny tensors run fastest on one thread: on a busy 2-core machine, two OpenMP threads waiting on each other
