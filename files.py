@@ -108,3 +108,9 @@ def lock_folder(folder: Path, stack: contextlib.ExitStack) -> None:
     file.truncate()
     file.write(str(os.getpid()))
     file.flush()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside path, then rename: a reader never sees half a file."""
+    with atomic_files(path) as (temp,):
+        temp.write_text(text)

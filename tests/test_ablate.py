@@ -25,13 +25,16 @@ from scipy import stats
 
 import ablate
 import ablate_plots
-from ablate import AblateConfig, forward_pieces, initial_model, run_plan, run_study, study_cells, token_losses
+import files
+import study_eval
+from ablate import AblateConfig, initial_model, run_plan, run_study, study_cells
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, prepare
 from errors import OptionError
 from model import POS_ENCODINGS, GPTConfig
 from options import parse_options
 from paired_stats import holm, interval, paired
+from study_eval import forward_pieces, token_losses
 from train import TrainConfig, train
 
 BLOCK = 16
@@ -90,10 +93,10 @@ def test_loss_by_position_of_a_fixed_model():
     losses = token_losses(fixed, data, 8, 8, 8, 5)
     f = 1.0 + np.arange(8) / 10
     assert losses.mean() == pytest.approx((12 * f.sum() + f[:4].sum()) / 100, rel=1e-12)
-    np.testing.assert_allclose(ablate.by_position(losses, 8), f, rtol=1e-12)
+    np.testing.assert_allclose(study_eval.by_position(losses, 8), f, rtol=1e-12)
     # Sliding window of 4 advancing by 2 in windows of 8: positions 4..7 see 2 or 3 tokens before them.
     losses = token_losses(fixed, data, 8, 4, 2, 5)
-    np.testing.assert_allclose(ablate.by_position(losses, 8), [1.0, 1.1, 1.2, 1.3, 1.2, 1.3, 1.2, 1.3], rtol=1e-12)
+    np.testing.assert_allclose(study_eval.by_position(losses, 8), [1.0, 1.1, 1.2, 1.3, 1.2, 1.3, 1.2, 1.3], rtol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------------- statistics
@@ -268,7 +271,7 @@ def test_sliding_window_loss_recomputed_token_by_token(study):
             losses.append(torch.nn.functional.cross_entropy(logits[0, -1], tokens[i + 1]).item())
         stored = eval_of(study, cell, 1337)["sliding"][str(n)]
         assert stored["loss"] == pytest.approx(np.mean(losses), rel=1e-5)
-        assert stored["per_position"] == pytest.approx(ablate.by_position(np.array(losses), n), rel=1e-5)
+        assert stored["per_position"] == pytest.approx(study_eval.by_position(np.array(losses), n), rel=1e-5)
 
 
 def test_learned_is_na_past_block_size_only_without_a_sliding_window(study):
@@ -405,6 +408,6 @@ def test_result_files_are_written_whole_with_the_usual_permissions(tmp_path):
     path = tmp_path / "results.md"
     path.write_text("old")
     expected = path.stat().st_mode & 0o777  # what a plain open() gives under this umask
-    ablate.write_atomic(path, "new")
+    files.write_atomic(path, "new")
     assert path.read_text() == "new" and path.stat().st_mode & 0o777 == expected
     assert [p.name for p in tmp_path.iterdir()] == ["results.md"]

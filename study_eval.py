@@ -1,0 +1,107 @@
+"""How a study scores a trained model: the val (or test) tokens cut into windows of each eval length, under the
+non-overlapping and the sliding-window protocol (see ablate.py's docstring), every token scored exactly once."""
+
+import math
+import typing
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from devices import autocast_context
+from model import GPT
+
+if typing.TYPE_CHECKING:
+    from ablate import AblateConfig
+
+
+def eval_lengths(block_size: int, multipliers: list[float]) -> list[int]:
+    return sorted({max(1, round(m * block_size)) for m in multipliers})
+
+
+def forward_pieces(n_targets: int, length: int, window: int, stride: int) -> list[tuple[int, int, int]]:
+    """How the protocols cut the val split: (start, size, scored_from) for each forward pass.
+
+    The n_targets targets are cut into consecutive windows of `length` (the last one shorter). A window of at
+    most `window` tokens is one forward; a longer one goes through pieces of `window` tokens advancing by
+    `stride`: the first piece scores all its tokens, each later one the tokens past the previous piece's end.
+    Tokens start+scored_from .. start+size-1 are scored by the piece, each exactly once.
+    """
+    pieces = []
+    for window_start in range(0, n_targets, length):
+        size = min(length, n_targets - window_start)
+        if size <= window:
+            pieces.append((window_start, size, 0))
+            continue
+        starts = [*range(0, size - window, stride), size - window]
+        ends = [s + window for s in starts]
+        pieces += [(window_start + s, window, 0 if i == 0 else ends[i - 1] - s) for i, s in enumerate(starts)]
+    return pieces
+
+
+def token_losses(losses_of: Callable, data: np.ndarray, length: int, window: int, stride: int,
+                 batch_size: int) -> np.ndarray:
+    """The loss of every val target data[1:], scored as forward_pieces says; losses_of(x, y) -> (B, T) losses."""
+    n_targets = len(data) - 1
+    out = np.full(n_targets, np.nan)
+    pieces = np.array(forward_pieces(n_targets, length, window, stride), dtype=np.int64)
+    tokens = torch.from_numpy(np.asarray(data, dtype=np.int64))
+    for size in np.unique(pieces[:, 1]):
+        same = pieces[pieces[:, 1] == size]
+        for batch in np.array_split(same, math.ceil(len(same) / batch_size)):
+            index = torch.from_numpy(batch[:, :1] + np.arange(size)[None, :])
+            losses = np.asarray(losses_of(tokens[index], tokens[index + 1]), dtype=np.float64)
+            scored = np.arange(size)[None, :] >= batch[:, 2:3]
+            out[index.numpy()[scored]] = losses[scored]
+    assert not np.isnan(out).any(), "a val token was not scored"  # forward_pieces covers every target
+    return out
+
+
+def by_position(losses: np.ndarray, length: int) -> list[float]:
+    """Mean loss at each position 0..length-1 of the windows (targets i sit at position i % length)."""
+    positions = np.arange(len(losses)) % length
+    return (np.bincount(positions, losses, minlength=length) / np.bincount(positions, minlength=length)).tolist()
+
+
+def model_losses(model: GPT, device: torch.device, dtype: torch.dtype) -> Callable:
+    @torch.no_grad()
+    def losses_of(x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+        with autocast_context(device, dtype):
+            logits, _ = model(x.to(device))  # uncached forward over the whole piece
+        return F.cross_entropy(logits.float().transpose(1, 2), y.to(device), reduction="none").cpu().numpy()
+
+    return losses_of
+
+
+def sliding_geometry(ablate: "AblateConfig", block_size: int) -> tuple[int, int]:
+    """The sliding protocol's window and stride: by default block_size, and a quarter of the window."""
+    window = ablate.sliding_window or block_size
+    return window, ablate.sliding_stride or max(1, window // 4)
+
+
+def protocol_window(protocol: str, length: int, window: int) -> int:
+    return length if protocol == "nonoverlapping" else min(window, length)
+
+
+def evaluate_model(model: GPT, val: np.ndarray, lengths: list[int], ablate: "AblateConfig", device: torch.device,
+                   dtype: torch.dtype) -> dict[str, dict[str, dict | None]]:
+    """{protocol: {length: {"loss", "per_position"} or None where the model has no positions that far}}."""
+    model.eval()
+    window, stride = sliding_geometry(ablate, model.config.block_size)
+    losses_of = model_losses(model, device, dtype)
+    results: dict[str, dict[str, dict | None]] = {}
+    for protocol in ablate.protocols:
+        results[protocol] = {}
+        for length in lengths:
+            widest = protocol_window(protocol, length, window)
+            if model.config.pos_encoding == "learned" and widest > model.config.block_size:
+                results[protocol][str(length)] = None  # a learned table has block_size rows
+                continue
+            same = results.get("nonoverlapping", {}).get(str(length)) if widest == length else None
+            if same is None:
+                losses = token_losses(losses_of, val, length, widest, stride, ablate.eval_batch_size)
+                same = {"loss": float(losses.mean()), "per_position": by_position(losses, length)}
+            results[protocol][str(length)] = same
+    return results
+
