@@ -44,7 +44,7 @@ from devices import choose_device, choose_dtype
 from errors import OptionError, UserError, main_guard
 from files import write_atomic
 from model import GPT, POS_ENCODINGS, GPTConfig
-from options import _convert, parse_options
+from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, evaluate_model, sliding_geometry
 from study_report import CHECKPOINT, header_lines, study_comparisons, summarize, write_results
@@ -108,7 +108,7 @@ def parse_setting(text: str) -> tuple[str, object]:
     if name not in known:
         raise OptionError(f"cell setting {text!r}: {name!r} is not a GPTConfig/TrainConfig field (or is set per "
                           f"run: {', '.join(PER_RUN)}); see python train.py --help")
-    return name, _convert(name, value, known[name][1])
+    return name, convert_value(name, value, known[name][1])
 
 
 def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:

@@ -27,6 +27,7 @@ from checkpoint import load_checkpoint, save_checkpoint
 from dataset import prepare
 from errors import OptionError, UserError, main_guard
 from files import lock_folder
+from options import chosen_values
 from tokenizer import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -404,7 +405,7 @@ def test_a_shape_flag_on_resume_is_reported_and_dropout_applies(run_copy, capsys
     argv = [*flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=6), "--dropout=0.25"]
     sections = (train_module.TrainConfig, train_module.GPTConfig)
     result = train_module.train(*train_module.parse_options(argv, sections, "", ""),
-                                frozenset(train_module.chosen_values(argv, sections)))
+                                frozenset(chosen_values(argv, sections)))
     assert result["model"].config.dropout == 0.25  # nanoGPT's resume takes dropout from the command line
     assert load_checkpoint(run_copy / "run" / "ckpt.pt")["model_args"]["dropout"] == 0.25
 
