@@ -27,6 +27,7 @@ import ablate
 import ablate_plots
 import files
 import study_eval
+import study_runs
 from ablate import AblateConfig, initial_model, run_plan, run_study, study_cells
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, prepare
@@ -159,9 +160,9 @@ def test_plan_applies_each_cell_and_goes_seed_by_seed(tmp_path):
 
 def test_changed_or_unrecorded_settings_are_reported():
     current = {"train_config": {"max_iters": 5, "batch_size": 2}, "model_config": {"n_layer": 1}}
-    assert ablate.changed_settings(current, current) == []
+    assert study_runs.changed_settings(current, current) == []
     stored = {"train_config": {"max_iters": 6, "batch_size": 2}, "model_config": {}}
-    assert ablate.changed_settings(stored, current) == ["max_iters", "n_layer"]
+    assert study_runs.changed_settings(stored, current) == ["max_iters", "n_layer"]
 
 
 # ---------------------------------------------------------------------------------------------------- a study
@@ -329,7 +330,7 @@ def test_rerun_skips_finished_runs_and_refuses_changed_ones(study, tmp_path, mon
         calls.append(args[0].out_dir)
         return train(*args, **kwargs)
 
-    monkeypatch.setattr(ablate, "train", counting_train)
+    monkeypatch.setattr(study_runs, "train", counting_train)
     again = run_study(ablate_config, train_config, model_config)
     assert calls == []
     assert again["summary"] == study.result["summary"]
