@@ -49,9 +49,10 @@ from dataset import load_split, resolve_data_dir
 from devices import autocast_context, choose_device, choose_dtype
 from errors import OptionError, UserError, main_guard
 from files import atomic_files
-from model import GPT, POS_ENCODINGS, GPTConfig
+from model import GPT, GPTConfig
 from options import _convert, parse_options
 from paired_stats import CONFIDENCE, holm, interval, paired
+from positions import POS_ENCODINGS, encoding_of
 from tokenizer import read_description
 from train import TrainConfig, build_model, train
 
@@ -330,7 +331,7 @@ def evaluate_model(model: GPT, val: np.ndarray, lengths: list[int], ablate: Abla
         results[protocol] = {}
         for length in lengths:
             widest = protocol_window(protocol, length, window)
-            if model.config.pos_encoding == "learned" and widest > model.config.block_size:
+            if widest > (encoding_of(model.config).max_length() or widest):
                 results[protocol][str(length)] = None  # a learned table has block_size rows
                 continue
             same = results.get("nonoverlapping", {}).get(str(length)) if widest == length else None

@@ -16,7 +16,8 @@ import torch
 
 from errors import UserError
 from files import atomic_files
-from model import GPT, GPT2_NAMES, GPTConfig
+from gpt2_weights import GPT2_NAMES
+from model import GPT, GPTConfig
 from tokenizer import check_description
 
 RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")

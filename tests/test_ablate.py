@@ -29,9 +29,10 @@ from ablate import AblateConfig, forward_pieces, initial_model, run_plan, run_st
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, prepare
 from errors import OptionError
-from model import POS_ENCODINGS, GPTConfig
+from model import GPTConfig
 from options import parse_options
 from paired_stats import holm, interval, paired
+from positions import POS_ENCODINGS
 from train import TrainConfig, train
 
 BLOCK = 16

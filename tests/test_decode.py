@@ -7,7 +7,9 @@ import pytest
 import torch
 from test_model import BLOCK, max_abs, random_ids, tiny_model
 
+import generate as G
 import model as M
+from positions import POS_ENCODINGS
 from sample import incremental_text
 from tokenizer import GPT2Tokenizer
 
@@ -15,17 +17,17 @@ from tokenizer import GPT2Tokenizer
 def eager_and_compiled_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor):
     """Logits of every decode step over `tokens` after the prompt, eager and compiled, each in its own cache."""
     runs = []
-    for step in (model.decode_step, M.compiled_decode_step(model)):
+    for step in (model.decode_step, G.compiled_decode_step(model)):
         cache = model.make_cache(prompt.size(0))
         model(prompt, cache=cache)
         # contiguous, as generate's tokens are: a strided one would be a new graph
-        runs.append(torch.stack([model.decode(tokens[:, i:i + 1].contiguous(), cache, step)
+        runs.append(torch.stack([G.decode(model, tokens[:, i:i + 1].contiguous(), cache, step)
                                  for i in range(tokens.size(1))]))
     return runs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pos_encoding", M.POS_ENCODINGS)
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 @torch.no_grad()
 def test_compiled_decoding_equals_eager_and_uncached(pos_encoding):
     model = tiny_model(pos_encoding)
@@ -73,7 +75,7 @@ def test_compiled_decoding_under_bfloat16_autocast_equals_eager():
     assert max_abs(eager.float(), reference) < 0.05
 
 
-@pytest.mark.parametrize("pos_encoding", M.POS_ENCODINGS)
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 @torch.no_grad()
 def test_cached_generation_equals_uncached_for_every_encoding(pos_encoding):
     """The eager static cache: whole-cache attention behind a position mask, stale keys of earlier windows hidden."""
@@ -95,9 +97,9 @@ def test_decode_refuses_an_overflow_with_the_forward_error():
     with pytest.raises(ValueError, match=message):
         model(random_ids(2, 1), cache=cache)
     with pytest.raises(ValueError, match=message):
-        model.decode(random_ids(2, 1), cache)
+        G.decode(model, random_ids(2, 1), cache)
     with pytest.raises(ValueError, match="idx has batch size 1 but the KV cache holds 2"):
-        model.decode(random_ids(1, 1), cache)
+        G.decode(model, random_ids(1, 1), cache)
     assert cache.length == 6
 
 
@@ -107,7 +109,7 @@ def test_learned_positions_past_the_table_are_refused_by_decode():
     cache = model.make_cache(1, max_length=2 * BLOCK)
     model(random_ids(1, BLOCK), cache=cache)
     with pytest.raises(ValueError, match=f"position {BLOCK} is out of range"):
-        model.decode(random_ids(1, 1), cache)
+        G.decode(model, random_ids(1, 1), cache)
 
 
 @torch.no_grad()
@@ -117,7 +119,7 @@ def test_shared_prompt_runs_once_and_fills_every_row():
     model.blocks[0].register_forward_hook(lambda module, args, out: batch_sizes.append(args[0].size(0)))
     prompt = random_ids(1, 9, seed=23)
     cache = model.make_cache(4)
-    logits = model.prefill(prompt.expand(4, -1), cache)
+    logits = G.prefill(model, prompt.expand(4, -1), cache)
     assert batch_sizes == [1]
     alone = model.make_cache(1)
     expected = model(prompt, cache=alone)[0][:, -1]
@@ -126,7 +128,7 @@ def test_shared_prompt_runs_once_and_fills_every_row():
     for shared, single in zip(cache.keys + cache.values, alone.keys + alone.values, strict=True):
         assert torch.equal(shared[:, :, :9], single[:, :, :9].expand(4, -1, -1, -1))
     batch_sizes.clear()
-    model.prefill(random_ids(4, 9, seed=24), model.make_cache(4))  # different rows: run as a batch
+    G.prefill(model, random_ids(4, 9, seed=24), model.make_cache(4))  # different rows: run as a batch
     assert batch_sizes == [4]
 
 
