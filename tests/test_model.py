@@ -698,7 +698,8 @@ def test_rope_preserves_norms_and_sees_only_position_differences():
 
 def reference_forward(model: GPT, idx: np.ndarray) -> np.ndarray:
     """The whole model in NumPy float64 from its state dict: rope as complex multiplication of the pairs
-    (x_i, x_{i+d/2}), alibi as an explicit bias matrix with the paper's slopes."""
+    (x_i, x_{i+d/2}), alibi as an explicit bias matrix with the paper's slopes, t5 as its table read at the float64
+    buckets of input_layer_numpy."""
     c = model.config
     W = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
     B, T = idx.shape
@@ -721,6 +722,9 @@ def reference_forward(model: GPT, idx: np.ndarray) -> np.ndarray:
     bias = np.where(distance >= 0, 0.0, -np.inf)[None]
     if c.pos_encoding == "alibi":
         bias = bias - np.array(paper_alibi_slopes(H))[:, None, None] * distance
+    if c.pos_encoding == "t5":  # one learned scalar per (bucket, head), the bucket of the distance
+        table = W["input_layer.relative_bias"]
+        bias = bias + table[ref.t5_buckets(distance, c.t5_num_buckets, c.t5_max_distance)].transpose(2, 0, 1)
     x = W["input_layer.wte"][idx]
     for layer in range(c.n_layer):
         p = f"blocks.{layer}."
@@ -738,10 +742,11 @@ def reference_forward(model: GPT, idx: np.ndarray) -> np.ndarray:
     return layer_norm(x, "ln_f") @ W["input_layer.wte"].T
 
 
-@pytest.mark.parametrize("pos_encoding", ["rope", "alibi"])
+@pytest.mark.parametrize("pos_encoding", ["rope", "alibi", "t5"])
 @torch.no_grad()
 def test_whole_model_matches_numpy_float64_reference(pos_encoding):
-    model = tiny_model(pos_encoding, n_head=3, n_embd=48, rope_base=100.0)  # 3 heads: not a power of 2
+    # 3 heads: not a power of 2; t5: 8 buckets up to distance 13, so that 16 positions reach the log-spaced ones
+    model = tiny_model(pos_encoding, n_head=3, n_embd=48, rope_base=100.0, t5_num_buckets=8, t5_max_distance=13)
     idx = random_ids(2, BLOCK, seed=15)
     expected = reference_forward(model, idx.numpy())
     # measured: float32 3e-6 (logits up to 4.5); float64 4e-7 for rope (angles stay float32), 5e-15 for alibi
