@@ -185,3 +185,58 @@ def test_incremental_text_decodes_each_token_once_and_sends_the_rest():
     cut = ids[:ids.index(tokenizer.encode(" 😀")[-1])]
     assert tokenizer.decode(cut).endswith("\ufffd")
     assert "".join(incremental_text(tokenizer, iter(cut))) == tokenizer.decode(cut)
+
+
+# ---- on a CUDA GPU: python -m pytest -m gpu (skipped without one) ----------------------------------------
+
+
+def cuda_graph_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits of each decode step through the compiled step (CUDA graphs) in the static cache. Each is cloned:
+    a CUDA graph's output is overwritten by its next replay."""
+    cache, step = G.static_cache(model, prompt.size(0)), G.compiled_decode_step(model)
+    G.prefill(model, prompt, cache)
+    return torch.stack([G.decode(model, tokens[:, i:i + 1].contiguous(), cache, step).clone()
+                        for i in range(tokens.size(1))])
+
+
+def eager_decode_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    cache = model.make_cache(prompt.size(0))
+    model(prompt, cache=cache)
+    return torch.stack([G.decode(model, tokens[:, i:i + 1], cache) for i in range(tokens.size(1))])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_cuda_graph_decoding_equals_eager_and_uncached(pos_encoding):
+    from torch._dynamo.utils import counters  # the compiler's own record of graphs it could not capture
+
+    model = tiny_model(pos_encoding).cuda()
+    prompt, tokens = random_ids(2, 5, seed=50).cuda(), random_ids(2, BLOCK - 5, seed=51).cuda()
+    torch.compiler.reset()  # each test compiles afresh, within the compiler's limit of graphs per function
+    counters.clear()
+    graphed = cuda_graph_logits(model, prompt, tokens)
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])  # the cache is static
+    eager = eager_decode_logits(model, prompt, tokens)
+    assert max_abs(graphed, eager) < 1e-4
+    full = model(torch.cat((prompt, tokens), dim=1))[0][:, 5:]
+    assert max_abs(graphed.transpose(0, 1), full) < 1e-4
+    # a second generation replays the graphs in the same static cache: the same tokens as without a cache
+    for _ in range(2):
+        graphs = model.generate(prompt, 3 * BLOCK, temperature=0, compile=True)
+        assert torch.equal(graphs, model.generate(prompt, 3 * BLOCK, temperature=0, use_cache=False))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_compiled_decoding_in_bfloat16_on_cuda_is_as_close_as_eager(pos_encoding):
+    reference_model = tiny_model(pos_encoding).cuda()
+    model = tiny_model(pos_encoding).cuda().to(torch.bfloat16)
+    prompt, tokens = random_ids(2, 4, seed=52).cuda(), random_ids(2, 8, seed=53).cuda()
+    torch.compiler.reset()  # each test compiles afresh, within the compiler's limit of graphs per function
+    compiled = cuda_graph_logits(model, prompt, tokens)
+    eager, reference = (eager_decode_logits(m, prompt, tokens) for m in (model, reference_model))  # reference: fp32
+    assert compiled.dtype == eager.dtype == torch.bfloat16
+    assert max_abs(compiled.float(), eager.float()) <= 2 * max_abs(eager.float(), reference) + 1e-3
+    assert max_abs(eager.float(), reference) < 0.2

@@ -823,3 +823,55 @@ def test_compiled_gelu_is_gpt2s_tanh_gelu():
     expected = 0.5 * x64 * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
     assert max_abs(M.gelu_tanh(x), expected) < 1e-6  # eager: torch's kernel
     assert max_abs(torch.compile(M.gelu_tanh)(x), expected) < 1e-6  # compiled: the sigmoid form
+
+
+# ---- on a CUDA GPU: python -m pytest -m gpu (skipped without one) ----------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", ["alibi", "t5"])
+@pytest.mark.parametrize("cached", [False, True])
+@torch.no_grad()
+def test_sdpa_with_a_float_bias_mask_equals_the_math_path_on_cuda(pos_encoding, cached):
+    """The score bias travels to SDPA as a float mask: its fused (memory-efficient) kernel must read it as the
+    plain math does, with and without a cache (the cached mask covers the whole preallocated cache)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = tiny_model(pos_encoding, t5_num_buckets=4, t5_max_distance=8).cuda()
+    idx = random_ids(3, BLOCK, seed=40).cuda()
+    expected = tiny_model(pos_encoding, t5_num_buckets=4, t5_max_distance=8).double()(idx.cpu())[0]
+    logits = {}
+    for backend in (SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION):
+        with sdpa_kernel(backend):
+            logits[backend] = cached_logits(model, idx, [5, 11]) if cached else model(idx)[0]
+    assert max_abs(logits[SDPBackend.EFFICIENT_ATTENTION], logits[SDPBackend.MATH]) < 1e-4
+    assert max_abs(logits[SDPBackend.EFFICIENT_ATTENTION].cpu(), expected) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_bfloat16_autocast_forward_is_close_to_float32_on_cuda(pos_encoding):
+    model = tiny_model(pos_encoding).cuda()
+    idx = random_ids(2, BLOCK, seed=41).cuda()
+    full = model(idx)[0]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        half = model(idx)[0]
+    assert half.dtype == torch.bfloat16 and full.dtype == torch.float32
+    # bfloat16 keeps 8 bits of mantissa: logits up to ~5 move by a few hundredths, not more, and do move
+    assert 0 < max_abs(half.float(), full) < 0.1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_compiled_forward_in_bfloat16_equals_eager_on_cuda(pos_encoding):
+    model = tiny_model(pos_encoding).cuda().to(torch.bfloat16)
+    idx = random_ids(2, BLOCK, seed=42).cuda()
+    reference = tiny_model(pos_encoding).cuda()(idx)[0]  # float32
+    torch.compiler.reset()  # each test compiles afresh, within the compiler's limit of graphs per function
+    eager, compiled = model(idx)[0], torch.compile(model, fullgraph=True)(idx)[0]
+    assert compiled.dtype == eager.dtype == torch.bfloat16
+    # as close to eager bfloat16 as bfloat16 rounding allows (kernels fused differently round differently)
+    assert max_abs(compiled.float(), eager.float()) <= 2 * max_abs(eager.float(), reference) + 1e-3
+    assert max_abs(eager.float(), reference) < 0.2
