@@ -136,9 +136,7 @@ class InputLayer(nn.Module):
         return mask, self.encoding.rotary(positions)
 
     def crop(self, block_size: int) -> None:
-        """Keep the first block_size rows of a learned table (the config's block_size is already cropped)."""
-        if hasattr(self, "wpe"):
-            self.wpe = nn.Parameter(self.wpe[:block_size].detach().clone())
+        self.encoding.crop(self, block_size)
 
     def num_position_params(self) -> int:
         return sum(p.numel() for name, p in self.named_parameters() if name != "wte")

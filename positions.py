@@ -40,6 +40,9 @@ class PositionEncoding:
         """Constant tensors that move with the model (not saved: built again from the config)."""
         return {}
 
+    def crop(self, held: nn.Module, block_size: int) -> None:
+        """Shrink the parameters to a block_size that config.block_size already holds (GPT.crop_block_size)."""
+
     def reset_parameters(self, held: nn.Module) -> None:
         """Draw the parameters that `held` (the input layer) holds under new_parameters' names."""
 
@@ -74,6 +77,9 @@ class Learned(PositionEncoding):
     def new_parameters(self) -> dict[str, nn.Parameter]:
         # A plain Parameter (not nn.Embedding) so that building it draws no random numbers.
         return {"wpe": nn.Parameter(torch.empty(self.config.block_size, self.config.n_embd))}
+
+    def crop(self, held: nn.Module, block_size: int) -> None:
+        held.wpe = nn.Parameter(held.wpe[:block_size].detach().clone())
 
     def reset_parameters(self, held: nn.Module) -> None:
         nn.init.normal_(held.wpe, mean=0.0, std=self.config.learned_init_std)

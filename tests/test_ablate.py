@@ -25,6 +25,7 @@ from scipy import stats
 
 import ablate
 import ablate_plots
+from ablate import STUDY_CELLS as POS_ENCODINGS
 from ablate import AblateConfig, forward_pieces, initial_model, run_plan, run_study, study_cells, token_losses
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, prepare
@@ -32,7 +33,6 @@ from errors import OptionError
 from model import GPTConfig
 from options import parse_options
 from paired_stats import holm, interval, paired
-from positions import POS_ENCODINGS
 from train import TrainConfig, train
 
 BLOCK = 16
