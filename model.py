@@ -118,7 +118,8 @@ class InputLayer(nn.Module):
             h = h + pe.to(h.dtype)
         return self.drop(h)
 
-    def attention_inputs(self, positions: torch.Tensor, key_length: int, cached: bool):
+    def attention_inputs(self, positions: torch.Tensor, key_length: int,
+                         cached: bool) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
         """(mask, rope) of queries at positions (T,) over keys at 0 .. key_length-1, shared by every layer.
 
         Without a cache the keys are the queries' own tokens and SDPA's is_causal is right: mask None. With a
