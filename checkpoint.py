@@ -17,6 +17,7 @@ import torch
 from errors import UserError
 from files import atomic_files
 from model import GPT, GPT2_NAMES, GPTConfig
+from nanogpt import init_checkpoint, is_checkpoint, to_ours
 from tokenizer import check_description
 
 RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")
@@ -24,11 +25,13 @@ RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")
 
 def check_init_from(init_from: str, modes: tuple[str, ...]) -> None:
     """A ValueError unless init_from is one of the script's modes (train: scratch, resume; sample: resume), a
-    GPT-2 name or a local folder."""
+    GPT-2 name, a local folder or a checkpoint file (nanoGPT's or ours)."""
     known = (*modes, *GPT2_NAMES)
-    if init_from.removeprefix("openai-community/") not in known and not Path(init_from).is_dir():
-        raise ValueError(f"init_from={init_from!r} must be one of {', '.join(known)}, or a local folder "
-                         "holding a Hugging Face GPT-2 (config.json and model.safetensors)")
+    if init_from.removeprefix("openai-community/") not in known and not Path(init_from).is_dir() \
+            and init_checkpoint(init_from) is None:
+        raise ValueError(f"init_from={init_from!r} must be one of {', '.join(known)}, a local folder "
+                         "holding a Hugging Face GPT-2 (config.json and model.safetensors), or a checkpoint: a "
+                         "ckpt.pt (nanoGPT's or ours) or the out_dir that holds it")
 
 
 def all_finite(tensors) -> bool:
@@ -65,6 +68,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise UserError(f"{path} is truncated, damaged or not a checkpoint (UnpicklingError)") from None
     except Exception as e:  # torch.load on arbitrary bytes fails in many ways (zip, pickle, EOF, decoding)
         raise UserError(f"{path} is truncated, damaged or not a checkpoint ({type(e).__name__})") from None
+    if is_checkpoint(state):
+        state = to_ours(state, path)
     missing = [key for key in ("model_args", "model", "tokenizer") if not isinstance(state, dict) or key not in state]
     if missing:
         raise UserError(f"{path} is not a checkpoint of this repo: it lacks {', '.join(map(repr, missing))}")

@@ -39,6 +39,7 @@ class GPTConfig:
     # the table drowns the tokens 50:1 at initialisation (see README).
     sinusoidal_amplitude: float = 0.02  # scale of the sinusoidal table (token table init std: Vaswani's ratio)
     rope_base: float = 10000.0  # rotary angle base: features i, i+head_dim/2 turn by pos * base^(-2i/head_dim)
+    gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
 
     def __post_init__(self) -> None:
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
@@ -58,6 +59,8 @@ class GPTConfig:
         for name in ("sinusoidal_amplitude", "rope_base"):
             if not getattr(self, name) > 0:  # also catches NaN
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0")
+        if self.gelu not in ("tanh", "erf"):
+            raise ValueError(f"gelu={self.gelu!r} must be tanh or erf")
         if not self.learned_init_std >= 0:
             raise ValueError(f"learned_init_std={self.learned_init_std} must be >= 0")
 
@@ -290,9 +293,10 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.gelu = gelu_tanh if config.gelu == "tanh" else F.gelu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(gelu_tanh(self.c_fc(x))))
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
 class Block(nn.Module):
@@ -541,7 +545,8 @@ class GPT(nn.Module):
         c = self.config
         hf_config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
                      "n_positions": c.block_size, "n_ctx": c.block_size, "n_embd": c.n_embd, "n_layer": c.n_layer,
-                     "n_head": c.n_head, "n_inner": None, "activation_function": "gelu_new",
+                     "n_head": c.n_head, "n_inner": None,
+                     "activation_function": "gelu_new" if c.gelu == "tanh" else "gelu",  # gelu: transformers' erf
                      "resid_pdrop": c.dropout, "embd_pdrop": c.dropout, "attn_pdrop": c.dropout,
                      "layer_norm_epsilon": 1e-5, "initializer_range": 0.02, "tie_word_embeddings": True,
                      # GPT-2's <|endoftext|>, where the vocabulary has it

@@ -36,6 +36,7 @@ from errors import UserError, main_guard
 from files import lock_folder, remove_stale_temps
 from memory import parameter_counts, training_state_bytes
 from model import GPT, GPTConfig
+from nanogpt import continue_training, init_checkpoint
 from options import chosen_values, parse_options
 from parallel import (
     PARALLELS,
@@ -57,7 +58,7 @@ RUN_FILES = ("ckpt.pt", "best.pt", "metrics.jsonl")  # what a run leaves in out_
 class TrainConfig:
     out_dir: str = "out"  # checkpoints (ckpt.pt: latest, for resume; best.pt: lowest val loss) and metrics.jsonl
     dataset: str = "python_docs_char"  # a prepared folder under data/ (run its prepare.py), or a path to one
-    init_from: str = "scratch"  # scratch | resume (out_dir/ckpt.pt) | gpt2, gpt2-medium, ... | a local HF GPT-2 dir
+    init_from: str = "scratch"  # scratch | resume (out_dir/ckpt.pt) | gpt2, ... | a local HF GPT-2 dir | a ckpt.pt
     overwrite: bool = False  # let a new run (init_from other than resume) replace the run already in out_dir
     eval_interval: int = 250  # iterations between train/val loss estimates and checkpoints
     eval_iters: int = 200  # batches per loss estimate (the same batches every time)
@@ -185,6 +186,19 @@ def resumed_model(config: TrainConfig, model_config: GPTConfig, data_description
     return model, state
 
 
+def checkpoint_model(path: Path, model_config: GPTConfig, data_description: dict) -> tuple[GPT, dict]:
+    """The model of another run's checkpoint (nanoGPT's or ours) to train in this out_dir, and the checkpoint."""
+    state = load_checkpoint(path)
+    difference = tokenizer_difference(state["tokenizer"], data_description)
+    if difference:
+        raise UserError(f"{path} was trained on other token ids than this dataset holds: {difference}; train it on "
+                        "its own data (for a nanoGPT char model, its data folder with meta.pkl)")
+    model = model_from_checkpoint(state, path, dropout=model_config.dropout)
+    if model_config.block_size < model.config.block_size:
+        model.crop_block_size(model_config.block_size)
+    return model, state
+
+
 def build_model(config: TrainConfig, model_config: GPTConfig, data_description: dict,
                 explicit: frozenset[str] = frozenset()) -> tuple[GPT, dict | None]:
     """The model to train, and the checkpoint it resumes from (None unless init_from=resume).
@@ -199,6 +213,8 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         shards = int(os.environ.get("WORLD_SIZE", "1")) if config.parallel == "fsdp" else 1
         check_model_fits(model_config, choose_device(config.device), shards)
         return GPT(model_config), None
+    if init_checkpoint(config.init_from) is not None:
+        return checkpoint_model(init_checkpoint(config.init_from), model_config, data_description)
     if model_config.pos_encoding != "learned":
         raise UserError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
                         f"pos_encoding={model_config.pos_encoding!r}; set pos_encoding=learned or init_from=scratch")
@@ -392,8 +408,10 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     run = Run(config, model_config, data_description, splits, device, dtype, rank, world_size, model, compiled,
               wrapped, optimizer, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
               torch.Generator().manual_seed(config.seed), MetricsLog(None, True))
-    if resumed is not None:
+    if resumed is not None and config.init_from == "resume":
         restore(run, resumed, Path(config.out_dir) / "ckpt.pt")
+    elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
+        continue_training(run, resumed, init_checkpoint(config.init_from))
     if run.master:
         run.log = MetricsLog(None if config.eval_only else run.out_dir / "metrics.jsonl",
                              append=config.init_from == "resume", wandb_run=start_wandb(run))

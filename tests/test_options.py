@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+import options
 from errors import OptionError
 from model import GPTConfig
-import options
 from options import field_docs, parse_options, read_config_file
 from train import TrainConfig
 
@@ -260,7 +260,8 @@ def test_every_config_file_is_its_flattened_text():
 
 def test_the_baby_model_is_written_once():
     """Its shape is set in config/baby_cpu.py alone; the CPU configs and the studies name it as their base."""
-    setting_files = [p.name for p in (REPO / "config").glob("*.py") if re.search(r"^n_embd = 128$", p.read_text(), re.M)]
+    setting_files = [p.name for p in (REPO / "config").glob("*.py")
+                     if re.search(r"^n_embd = 128$", p.read_text(), re.M)]
     assert setting_files == ["baby_cpu.py"]
     for name in ("train_shakespeare_char_cpu.py", "train_python_docs_char.py", "ablate_positions.py",
                  "ablate_positions_sweep.py", "ablate_init_std.py", "ablate_dtype.py"):
