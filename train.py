@@ -171,7 +171,8 @@ def resumed_model(config: TrainConfig, model_config: GPTConfig, data_description
     state = load_checkpoint(path)
     missing = [key for key in RESUME_KEYS if key not in state]
     if missing:
-        raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (weights only, like best.pt)")
+        raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (weights only, like best.pt, "
+                        "or nanoGPT's: --init_from=PATH continues it in a new --out_dir)")
     difference = tokenizer_difference(state["tokenizer"], data_description)
     if difference:
         raise UserError(f"{path} was trained on other token ids than dataset={config.dataset!r} holds: "

@@ -3,6 +3,8 @@ as its train.py and data/shakespeare_char/prepare.py write them), against a floa
 architecture (wte + wpe, pre-LayerNorm blocks, exact erf GELU, final LayerNorm, tied head)."""
 
 import hashlib
+import importlib.util
+import os
 import pickle
 import subprocess
 import sys
@@ -314,3 +316,47 @@ def test_our_model_with_nanogpts_gelu_is_a_setting_of_its_own():
     assert torch.allclose(model.blocks[0].mlp.gelu(x), torch.nn.GELU()(x))
     with pytest.raises(ValueError, match="gelu='relu' must be tanh or erf"):
         GPTConfig(gelu="relu")
+
+
+NANOGPT_DIR = os.environ.get("NANOGPT_DIR")  # a checkout of karpathy/nanoGPT: compared with its own model.py
+
+
+@pytest.mark.skipif(not NANOGPT_DIR, reason="set NANOGPT_DIR to a checkout of karpathy/nanoGPT")
+@pytest.mark.parametrize("bias, vocab_size", [(True, 50304), (False, 50304), (False, 63)])
+def test_logits_equal_nanogpts_own_model(tmp_path, bias, vocab_size):
+    spec = importlib.util.spec_from_file_location("nanogpt_model", Path(NANOGPT_DIR) / "model.py")
+    theirs_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(theirs_module)
+    torch.manual_seed(0)
+    args = dict(n_layer=3, n_head=4, n_embd=64, block_size=128, bias=bias, vocab_size=vocab_size, dropout=0.0)
+    theirs = theirs_module.GPT(theirs_module.GPTConfig(**args))
+    with torch.no_grad():  # gains and biases off their initial 1 and 0, so that they count
+        for p in theirs.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    (tmp_path / "out").mkdir()
+    torch.save({"model": theirs.state_dict(), "optimizer": {}, "model_args": args, "iter_num": 0,
+                "best_val_loss": torch.tensor(9.0), "config": {"dataset": "shakespeare_char"}},
+               tmp_path / "out" / "ckpt.pt")
+    write_meta(tmp_path / "data" / "shakespeare_char")
+    ours, _ = read_checkpoint(tmp_path / "out" / "ckpt.pt")
+    idx = torch.randint(0, min(vocab_size, 50257), (4, 128))
+    with torch.no_grad():
+        expected = theirs.double().eval()(idx, targets=idx)[0]  # with targets: the logits at every position
+        assert (ours.double().eval()(idx)[0] - expected).abs().max() < 1e-12
+
+
+@pytest.mark.skipif(not NANOGPT_DIR, reason="set NANOGPT_DIR to a checkout of karpathy/nanoGPT")
+def test_nanogpts_own_config_files_read_as_python_runs_them(monkeypatch):
+    import time
+
+    from options import chosen_values
+
+    monkeypatch.setattr(time, "time", lambda: 1700000000.5)
+    files = sorted((Path(NANOGPT_DIR) / "config").glob("*.py"))
+    assert files
+    for path in files:
+        executed = {}
+        exec(path.read_text(), executed)  # the reference, in the test only
+        expected = {k: v for k, v in executed.items() if not k.startswith("__") and k != "time"}
+        assert chosen_values([str(path)], (TrainConfig, GPTConfig)) == expected, path.name
