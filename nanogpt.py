@@ -14,7 +14,6 @@ from errors import UserError
 
 MODEL_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout")
 GPT2_VOCAB_SIZE = 50257  # tiktoken's GPT-2 encoding; nanoGPT's models pad it to 50304 rows, as ours do
-_PLAIN = (dict, list, tuple, str, int, float, bool, type(None))
 
 
 def is_checkpoint(state: object) -> bool:
@@ -47,16 +46,20 @@ def to_ours(state: dict, path: Path) -> dict:
     """A nanoGPT checkpoint as one of ours: settings, weights, tokenizer, and what continuing it needs."""
     args = state["model_args"]
     unknown, missing = sorted(set(args) - set(MODEL_ARGS)), [name for name in MODEL_ARGS if name not in args]
+    missing += [name for name in MODEL_ARGS[:4] + ("vocab_size",) if name in args and type(args[name]) is not int]
     if unknown or missing:
-        raise UserError(f"{path}: model_args {args!r} are not nanoGPT's {', '.join(MODEL_ARGS)} (unknown "
-                        f"{unknown}, missing {missing}): a checkpoint of a changed nanoGPT cannot be read here")
-    model_args = {**args, "dropout": float(args["dropout"]), "pos_encoding": "learned", "gelu": "erf"}
+        raise UserError(f"{path}: its model_args are not nanoGPT's {', '.join(MODEL_ARGS)} (unknown {unknown}, "
+                        f"missing or not an int {missing}): a checkpoint of a changed nanoGPT cannot be read here")
+    model_args = {**args, "pos_encoding": "learned", "gelu": "erf"}  # the types are checked with ours
     # .attn.bias is the causal mask nanoGPT keeps where torch lacks flash attention: a buffer, not a weight.
     weights = {our_key(key): tensor for key, tensor in state["model"].items() if not key.endswith(".attn.bias")}
     ours = {"model_args": model_args, "model": weights, "tokenizer": checkpoint_tokenizer(state, path, args)}
     if isinstance(state.get("optimizer"), dict):
-        ours.update(optimizer=state["optimizer"], iter_num=int(state.get("iter_num", 0)),
-                    best_val_loss=float(state.get("best_val_loss", float("inf"))))
+        try:  # best_val_loss is a 0-d tensor: nanoGPT's estimate_loss returns tensors
+            ours.update(optimizer=state["optimizer"], iter_num=int(state.get("iter_num", 0)),
+                        best_val_loss=float(state.get("best_val_loss", float("inf"))))
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise UserError(f"{path}: iter_num or best_val_loss is not a number ({e})") from None
     return ours
 
 
