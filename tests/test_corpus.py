@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from corpus import CorpusConfig, line_start_before_end, prepare_corpus, text_pieces
+from corpus import CorpusConfig, prepare_corpus, text_pieces
+from cuts import line_start_before_end
 from dataset import get_batch, load_split
 from errors import UserError
 from tokenizer import GPT2Tokenizer, load_tokenizer
