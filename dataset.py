@@ -38,6 +38,7 @@ class PrepareConfig:
     dtype: str = "auto"  # token dtype on disk: auto (uint16, uint32 when the vocabulary needs it) | uint16 | uint32
     out_dir: str = ""  # where the dataset goes; empty: the preparer's own folder (data/<name>)
     overwrite: bool = False  # replace a dataset already prepared in out_dir
+    progress: bool = True  # show a tqdm bar while a BPE learns
 
     def __post_init__(self) -> None:
         if not 0.0 < self.val_fraction < 1.0:
@@ -196,7 +197,8 @@ def prepare_main(argv: list[str], out_dir: Path, tokenizer_kind: str, default_te
         out = Path(config.out_dir) if config.out_dir else out_dir
         check_overwrite(out, config.overwrite)  # before the text is read or a tokenizer learned
         text = read_text(config.input) if config.input else default_text()
-        description = prepare(text, out, tokenizer, config, source=config.input or "default", progress=True)
+        description = prepare(text, out, tokenizer, config, source=config.input or "default",
+                              progress=config.progress)
         print(f"{out}: {description['kind']} vocab {description['vocab_size']}, train "
               f"{description['train_tokens']:,} tokens, val {description['val_tokens']:,} tokens, test "
               f"{description['test_tokens']:,} tokens ({description['dtype']})")
