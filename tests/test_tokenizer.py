@@ -195,3 +195,22 @@ def test_a_vocabulary_larger_than_the_text_allows(tmp_path):
                                         r"\d+ distinct tokens to learn; use --vocab_size=\d+ or less"):
         prepare(text, tmp_path / "b", TokenizerConfig(tokenizer="bpe", vocab_size=400))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_model_trained_on_a_learned_bpe_resumes_and_samples_with_no_tokenizer_flag(tmp_path, corpus_text):
+    """The description (tokens included) goes into the checkpoint the way char's and GPT-2's do."""
+    from model import GPTConfig
+    from sample import SampleConfig, load_model, sample
+    from train import TrainConfig, train
+
+    prepare(corpus_text, tmp_path / "data", TokenizerConfig(tokenizer="bpe", vocab_size=300))
+    settings = dict(out_dir=str(tmp_path / "out"), dataset=str(tmp_path / "data"), eval_interval=2, eval_iters=1,
+                    batch_size=2, device="cpu", compile=False, progress=False, warmup_iters=1, lr_decay_iters=4)
+    shape = GPTConfig(block_size=8, n_layer=1, n_head=2, n_embd=16)
+    train(TrainConfig(**settings, max_iters=2), shape)
+    train(TrainConfig(**settings, max_iters=4, init_from="resume"), shape)
+    model, tokenizer = load_model("resume", str(tmp_path / "out"))
+    assert isinstance(tokenizer, BPETokenizer) and tokenizer.tokens == load_tokenizer(tmp_path / "data").tokens
+    assert model.config.vocab_size == 300
+    texts = sample(model, tokenizer, SampleConfig(start="First", num_samples=2, max_new_tokens=5, device="cpu"))
+    assert len(texts) == 2 and all(text.startswith("First") for text in texts)
