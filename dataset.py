@@ -56,6 +56,8 @@ def check_test_fraction(test_fraction: float, val_fraction: float) -> None:
 
 def check_overwrite(out: Path, overwrite: bool) -> None:
     """Refuse to replace a prepared dataset unless asked: runs trained on it could no longer resume."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"out_dir {str(out)!r} is a file, not a folder; choose another --out_dir")
     existing = [name for name in DATASET_FILES if (out / name).exists()]
     if existing and not overwrite:
         raise UserError(f"{out} already holds a dataset ({', '.join(existing)}); pass --overwrite=True to replace "

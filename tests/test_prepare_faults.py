@@ -47,6 +47,13 @@ def test_another_input_over_a_prepared_dataset_needs_overwrite(prepared, tmp_pat
     assert json.loads((prepared / "tokenizer.json").read_text())["source"] == str(tmp_path / "other.txt")
 
 
+def test_an_out_dir_that_is_a_file(tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    result = cli(char_preparer(tmp_path / "data"), [f"--out_dir={tmp_path / 'file'}"], capsys)
+    assert_one_line_error(*result, "is a file, not a folder", "--out_dir")
+    assert (tmp_path / "file").read_text() == "mine"
+
+
 @pytest.mark.parametrize("argv, fragments", [
     (["--tokenizer=bpe", "--vocab_size=100"], ["vocab_size=100 must be in [257, ", "--tokenizer=bpe"]),
     (["--tokenizer=bpe"], ["vocab_size=0 must be in [257, ", "e.g. --vocab_size=2048"]),
