@@ -1,5 +1,5 @@
 """Corpora larger than memory: folders of text and JSON-lines files -> train.bin, val.bin, test.bin, tokenizer.json
-in GPT-2 BPE tokens, or a BPE learned from the training documents (--tokenizer=bpe).
+in GPT-2 BPE tokens, a BPE learned from the training documents (--tokenizer=bpe), or characters (--tokenizer=char).
 
 A .txt file is one document; each line of a .jsonl file is one, its text under `text_field` (the way web-scale
 corpora are distributed). Every document is followed by <|endoftext|> and goes whole to train, val or test, by
@@ -28,7 +28,7 @@ from cuts import stream_pieces
 from dataset import SPLITS, check_overwrite, check_test_fraction, split_record, token_dtype
 from errors import UserError
 from files import replace_files
-from tokenizer import DATASET_FILES, GPT2Tokenizer, Tokenizer, from_description
+from tokenizer import DATASET_FILES, CharTokenizer, GPT2Tokenizer, Tokenizer, from_description
 
 SUFFIXES = (".txt", ".jsonl")
 CORPUS_RULE = ("one draw u of random.Random(seed) per document, in sorted file order: val if u < val_fraction, "
@@ -179,12 +179,12 @@ def encode_pieces(batch: list[tuple[str, bool]], dtype: str) -> np.ndarray:
     """Runs in a worker: the ids of each text (special-token strings are plain text), end-of-text after each
     document's last piece, as dtype (uint16 for up to 65,536 ids: it halves what travels back)."""
     tokenizer = WORKER_TOKENIZER[0]
-    ids = []
+    ids = [np.zeros(0, dtype=np.int64)]
     for text, ends in batch:
-        ids.extend(tokenizer.encoding.encode_ordinary(text))
+        ids.append(tokenizer.encode_documents(text))
         if ends:
-            ids.append(tokenizer.eot_token)
-    return np.array(ids, dtype=dtype)
+            ids.append(np.array([tokenizer.eot_token]))
+    return np.concatenate(ids).astype(dtype)
 
 
 def worker_count(requested: int) -> int:
@@ -222,16 +222,30 @@ def tokenize_corpus(files: list[Path], config: CorpusConfig, tokenizer: Tokenize
 
 
 def corpus_tokenizer(files: list[Path], config: CorpusConfig, tokenizer: TokenizerConfig) -> Tokenizer:
-    """GPT-2's, or a BPE learned from the first tokenizer_sample_bytes of the training documents."""
+    """GPT-2's, a BPE learned from the first tokenizer_sample_bytes of the training documents, or the corpus's
+    characters."""
     if tokenizer.tokenizer in ("", "gpt2"):
         return GPT2Tokenizer()  # offline without the BPE files: fails here, before any work
     if tokenizer.tokenizer == "char":
-        raise UserError("data/corpus/prepare.py has no --tokenizer=char: its documents end with <|endoftext|>, which "
-                        "a char vocabulary lacks; use --tokenizer=gpt2 or bpe, or a char preparer such as "
-                        "data/shakespeare_char/prepare.py --input=FILE for one text")
+        return corpus_characters(files, config)
     texts = (text for split, text, _, _ in pieces(files, config) if split == "train" and text)
     return learn_bpe(texts, tokenizer.vocab_size, tokenizer.tokenizer_sample_bytes,
                      sum(f.stat().st_size for f in files), config.progress)
+
+
+def corpus_characters(files: list[Path], config: CorpusConfig) -> CharTokenizer:
+    """A char tokenizer of every character in the corpus (all splits, as the single-text char preparer does, so
+    that val and test hold no unknown character), with <|endoftext|> after them. It reads the whole corpus once
+    more: a character vocabulary cannot be sampled."""
+    chars = set()
+    with tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, unit_divisor=1024,
+              disable=not config.progress, desc="finding characters") as bar:
+        for _, text, _, size in pieces(files, config):
+            chars.update(text)
+            bar.update(size)
+    if not chars:
+        raise UserError(f"input {config.input!r} holds no text: every document is empty")
+    return CharTokenizer("".join(sorted(chars)), end_of_text=True)
 
 
 def prepare_corpus(config: CorpusConfig, out_dir: str | os.PathLike, tokenizer: TokenizerConfig | None = None) -> dict:

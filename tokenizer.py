@@ -21,11 +21,13 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 
 
 class CharTokenizer:
-    """One token per distinct character of the training text, ids in sorted character order."""
+    """One token per distinct character of the training text, ids in sorted character order; with end_of_text
+    (the corpus preparer's documents), <|endoftext|> is one more id after the characters."""
 
-    def __init__(self, chars: str):
+    def __init__(self, chars: str, end_of_text: bool = False):
         self.chars = chars
-        self.vocab_size = len(chars)
+        self.eot_token = len(chars) if end_of_text else None
+        self.vocab_size = len(chars) + end_of_text
         self.index = {c: i for i, c in enumerate(chars)}
         points = np.frombuffer(chars.encode("utf-32-le"), dtype=np.uint32)
         self.order = np.argsort(points).astype(np.int64)  # ids by code point: a vectorized lookup
@@ -48,14 +50,15 @@ class CharTokenizer:
         return self.order[np.searchsorted(self.sorted_points, points)]
 
     def decode(self, ids: list[int]) -> str:
-        return "".join(self.chars[i] for i in ids)
+        return "".join(END_OF_TEXT if i == self.eot_token else self.chars[i] for i in ids)
 
     def start_token(self) -> int:
         """What an empty prompt starts from: a newline if the text had one, else the first character."""
         return self.index.get("\n", 0)
 
     def description(self) -> dict:
-        return {"kind": "char", "chars": self.chars, "vocab_size": self.vocab_size}
+        special = {} if self.eot_token is None else {"special_tokens": {END_OF_TEXT: self.eot_token}}
+        return {"kind": "char", "chars": self.chars, "vocab_size": self.vocab_size, **special}
 
 
 class TiktokenTokenizer:
@@ -118,7 +121,7 @@ Tokenizer = CharTokenizer | GPT2Tokenizer | BPETokenizer
 def token_bytes(tokenizer: Tokenizer) -> list[bytes]:
     """The UTF-8 bytes each id stands for, by id; a special token (<|endoftext|>) stands for none of the text."""
     if isinstance(tokenizer, CharTokenizer):
-        return [c.encode("utf-8") for c in tokenizer.chars]
+        return [c.encode("utf-8") for c in tokenizer.chars] + [b""] * (tokenizer.eot_token is not None)
     return [b"" if i == tokenizer.eot_token else tokenizer.encoding.decode_single_token_bytes(i)
             for i in range(tokenizer.vocab_size)]
 
@@ -153,7 +156,7 @@ def from_description(description: dict) -> Tokenizer:
     """The one tokenizer loader: from tokenizer.json's description, or the copy a checkpoint holds."""
     kind = description.get("kind")
     if kind == "char":
-        return CharTokenizer(description["chars"])
+        return CharTokenizer(description["chars"], END_OF_TEXT in description.get("special_tokens", {}))
     if kind == "gpt2":
         return GPT2Tokenizer()
     if kind == "bpe":
@@ -187,10 +190,11 @@ def check_description(description: object, source: str) -> dict:
         raise UserError(f"{source}: the tokenizer description is not a JSON object")
     kind, vocab_size = description.get("kind"), description.get("vocab_size")
     if kind == "char":
-        chars = description.get("chars")
-        if not isinstance(chars, str) or not chars or len(set(chars)) != len(chars) or vocab_size != len(chars):
+        chars, special = description.get("chars"), description.get("special_tokens", {})
+        if (not isinstance(chars, str) or not chars or len(set(chars)) != len(chars)
+                or special not in ({}, {END_OF_TEXT: len(chars)}) or vocab_size != len(chars) + len(special)):
             raise UserError(f"{source}: a char tokenizer needs 'chars', distinct characters, and vocab_size equal "
-                            "to their number")
+                            f"to their number (one more with special_tokens {{{END_OF_TEXT!r}: the next id}})")
     elif kind == "gpt2":
         if vocab_size != GPT2Tokenizer.vocab_size:
             raise UserError(f"{source}: a gpt2 tokenizer has vocab_size {GPT2Tokenizer.vocab_size}, not "
@@ -206,6 +210,8 @@ def tokenizer_difference(old: dict, new: dict) -> str | None:
     """How two descriptions tokenize differently (None if the same ids mean the same text in both)."""
     if old["kind"] != new["kind"] or old["vocab_size"] != new["vocab_size"]:
         return f"a {old['kind']} vocabulary of {old['vocab_size']} against a {new['kind']} one of {new['vocab_size']}"
+    if old["kind"] == "char" and old.get("special_tokens") != new.get("special_tokens"):
+        return f"the same size ({old['vocab_size']}) but {END_OF_TEXT} in one of them only"
     if old["kind"] == "char" and old["chars"] != new["chars"]:
         changed = [i for i, (a, b) in enumerate(zip(old["chars"], new["chars"], strict=True)) if a != b]
         first = changed[0]

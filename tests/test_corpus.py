@@ -333,3 +333,24 @@ def test_a_learned_bpe_from_the_training_documents_alone(tmp_path, corpus_text):
     prepare_corpus(config, tmp_path / "again", TokenizerConfig(tokenizer="bpe", vocab_size=400))
     assert load_tokenizer(tmp_path / "again").tokens == tokenizer.tokens
     assert read_streams(tmp_path / "again")[1] == train and read_streams(tmp_path / "again")[2] != val
+
+
+def test_a_char_corpus_has_every_character_and_end_of_text_after_each_document(tmp_path, corpus_text):
+    from bpe_train import TokenizerConfig
+    from tokenizer import CharTokenizer, from_description, token_byte_counts
+
+    documents = write_corpus(tmp_path / "corpus", corpus_text)
+    config = CorpusConfig(input=str(tmp_path / "corpus"), val_fraction=0.25, workers=1, chunk_bytes=512,
+                          progress=False)
+    description = prepare_corpus(config, tmp_path / "out", TokenizerConfig(tokenizer="char"))
+    chars = sorted(set("".join(documents)))
+    assert description["chars"] == "".join(chars) and description["vocab_size"] == len(chars) + 1
+    tokenizer = load_tokenizer(tmp_path / "out")
+    assert isinstance(tokenizer, CharTokenizer) and tokenizer.eot_token == len(chars)
+    assert from_description(tokenizer.description()).eot_token == len(chars)
+    assert token_byte_counts(tokenizer)[-1] == 0
+    _, train, val = read_streams(tmp_path / "out")
+    test = np.fromfile(tmp_path / "out" / "test.bin", dtype=np.uint16).tolist()
+    streams = sorted(train + val + test)  # every document's characters by hand, each followed by end-of-text
+    assert streams == sorted([chars.index(c) for text in documents for c in text] + [len(chars)] * len(documents))
+    assert tokenizer.decode(val).count("<|endoftext|>") == description["val_documents"]

@@ -89,7 +89,7 @@ def test_corpus_settings_that_size_processes_or_memory(tmp_path, capsys):
     (tmp_path / "a.txt").write_text(TEXT)
     for flag, fragments in [("--workers=1000", ["workers=1000 is more than", "per CPU core", "--workers="]),
                             ("--chunk_bytes=1000000000000", ["chunk_bytes=1000000000000", "at most"]),
-                            ("--tokenizer=char", ["no --tokenizer=char", "<|endoftext|>", "--tokenizer=gpt2"])]:
+                            ("--vocab_size=300", ["vocab_size=300 applies to --tokenizer=bpe only"])]:
         result = cli(corpus_main(), [f"--input={tmp_path / 'a.txt'}", f"--out_dir={tmp_path / 'out'}", flag],
                      capsys)
         assert_one_line_error(*result, *fragments)
