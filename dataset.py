@@ -27,7 +27,7 @@ from tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenize
 REPO_ROOT = Path(__file__).resolve().parent
 SPLITS = ("train", "val", "test")
 SINGLE_TEXT_RULE = "train | test | val in text order: val the last val_fraction, test the test_fraction before it"
-MAX_TEXT_BYTES = 1 << 30  # a single text is held in memory several times over; larger: data/corpus/prepare.py
+MAX_TEXT_BYTES = 1 << 28  # a single text is held in memory ~20 times over (README); larger: data/corpus/
 
 
 @dataclass
@@ -165,7 +165,7 @@ def prepare(text: str, out_dir: str | os.PathLike, tokenizer: str | TokenizerCon
         tokenizer = TokenizerConfig(tokenizer=tokenizer)
     learned, ids = tokenize(text, tokenizer, config, progress)
     dtype = token_dtype(learned.vocab_size, config.dtype)
-    data = {split: ids[split].astype(dtype).tobytes() for split in SPLITS}
+    data = {split: np.ascontiguousarray(ids[split].astype(dtype)) for split in SPLITS}
     counts = {split: len(ids[split]) for split in SPLITS}
     split = split_record(SINGLE_TEXT_RULE, {"val_fraction": config.val_fraction,
                                             "test_fraction": config.test_fraction}, counts,
@@ -175,7 +175,7 @@ def prepare(text: str, out_dir: str | os.PathLike, tokenizer: str | TokenizerCon
     # All four are written in full before any replaces the old dataset: a failure leaves that one whole.
     with replace_files(Path(out_dir), DATASET_FILES) as (train_temp, val_temp, test_temp, description_temp):
         for name, temp in (("train", train_temp), ("val", val_temp), ("test", test_temp)):
-            temp.write_bytes(data[name])
+            data[name].tofile(temp)
         description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")
     return description
 
