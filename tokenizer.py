@@ -68,7 +68,7 @@ class TiktokenTokenizer:
     eot_token = 0  # the id of <|endoftext|>
 
     def encode(self, text: str) -> list[int]:
-        return self.encoding.encode(text, allowed_special={"<|endoftext|>"})
+        return self.encoding.encode(text, allowed_special={END_OF_TEXT})
 
     def encode_documents(self, text: str) -> np.ndarray:
         """A whole corpus as ids; special-token strings in it are plain text, as in nanoGPT's prepare.py."""

@@ -214,3 +214,11 @@ def test_a_model_trained_on_a_learned_bpe_resumes_and_samples_with_no_tokenizer_
     assert model.config.vocab_size == 300
     texts = sample(model, tokenizer, SampleConfig(start="First", num_samples=2, max_new_tokens=5, device="cpu"))
     assert len(texts) == 2 and all(text.startswith("First") for text in texts)
+
+
+def test_byte_symbols_are_hfs_byte_level_alphabet():
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    symbols = byte_symbols()
+    assert sorted(symbols) == sorted(ByteLevel.alphabet()) and sorted(symbols.values()) == list(range(256))
+    assert (symbols["Ġ"], symbols["Ċ"], symbols["ĉ"], symbols["A"], symbols["é"]) == (0x20, 0x0A, 0x09, 0x41, 0xE9)
