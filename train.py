@@ -24,6 +24,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from checkpoint import (
+    SEED_LIMIT,
     all_finite,
     best_subset,
     check_init_from,
@@ -53,7 +54,7 @@ from parallel import (
     shard_model,
     wrap_for_training,
 )
-from run_dir import MetricsLog, StopRequest, claim_out_dir, start_wandb
+from run_dir import Interrupted, MetricsLog, StopRequest, claim_out_dir, start_wandb
 from tokenizer import read_description
 
 # ---- the config ---------------------------------------------------------------------------------------------------
@@ -105,6 +106,7 @@ class TrainConfig:
                              f"{self.lr_decay_iters} must be >= 0")
         if not self.learning_rate > 0 or not self.min_lr >= 0 or not math.isfinite(self.learning_rate + self.min_lr):
             raise ValueError(f"learning_rate={self.learning_rate} must be > 0 and min_lr={self.min_lr} >= 0")
+        check_train_numbers(self)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         if self.wandb_mode not in ("online", "offline", "disabled"):
@@ -116,6 +118,22 @@ class TrainConfig:
         if not self.out_dir.strip():
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
         check_init_from(self.init_from, ("scratch", "resume"))
+
+
+def check_train_numbers(config: TrainConfig) -> None:
+    """The optimizer's and the clock's numbers: a NaN, inf or negative value is refused here, not met as a NaN
+    loss (or a limit silently off) later. 0 stays "off" for grad_clip and max_seconds."""
+    for name in ("weight_decay", "grad_clip", "max_seconds"):
+        value = getattr(config, name)
+        if not (math.isfinite(value) and value >= 0):
+            off = " (0: off)" if name != "weight_decay" else ""
+            raise ValueError(f"{name}={value} must be a finite number >= 0{off}")
+    for name in ("beta1", "beta2"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"{name}={getattr(config, name)} must be in [0, 1) (AdamW's moment decay; "
+                             f"nanoGPT: beta1=0.9, beta2=0.95)")
+    if not 0 <= config.seed < SEED_LIMIT:
+        raise ValueError(f"seed={config.seed} must be in [0, 2**64)")
 
 
 class Diverged(UserError, FloatingPointError):
@@ -224,6 +242,7 @@ class Run:
     log: MetricsLog
     iter_num: int = 0
     best_val_loss: float = math.inf
+    has_checkpoint: bool = False  # out_dir/ckpt.pt is this run's: resumed from, or saved since it started
 
     @property
     def master(self) -> bool:
@@ -255,6 +274,9 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
                         f"the number of processes ({world_size})")
     dtype = choose_dtype(config.dtype, device)
     check_sharding(config.parallel, world_size, dtype)
+    if config.parallel == "fsdp" and world_size == 1 and rank == 0:
+        print("note: --parallel=fsdp shards the model over the processes that torchrun starts; this is one "
+              "process, which holds the whole model", file=sys.stderr)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -280,6 +302,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     if resumed is not None and config.init_from == "resume":
         run.iter_num, run.best_val_loss = restore(resumed, model, optimizer, run.batch_generator, device,
                                                   run.out_dir / "ckpt.pt")
+        run.has_checkpoint = True
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         continue_training(run, resumed, init_checkpoint(config.init_from))
     if run.master:
@@ -304,11 +327,12 @@ def open_metrics_log(run: Run) -> MetricsLog:
 # ---- one step, and the evaluation that saves ----------------------------------------------------------------------
 
 
-def run_checkpoint(run: Run) -> dict:
-    """checkpoint.checkpoint_dict of the run as it stands; under FSDP every rank must call it."""
+def run_checkpoint(run: Run, rng: dict | None = None) -> dict:
+    """checkpoint.checkpoint_dict of the run as it stands (with the random state rng, default the current one);
+    under FSDP every rank must call it."""
     return checkpoint_dict(run.model, run.optimizer, model_config=run.model_config, config=run.config,
                            tokenizer=run.data_description, iter_num=run.iter_num, best_val_loss=run.best_val_loss,
-                           rng=random_state(run.batch_generator, run.device))
+                           rng=random_state(run.batch_generator, run.device) if rng is None else rng)
 
 
 @torch.no_grad()
@@ -330,25 +354,35 @@ def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, blo
     return losses
 
 
+def last_good(run: Run) -> str:
+    """What a diverged run leaves: the checkpoint on disk, if it has written one."""
+    if run.has_checkpoint and not run.config.eval_only:
+        return f"The last good checkpoint is {run.out_dir / 'ckpt.pt'}"
+    return "No checkpoint of this run was saved"
+
+
 def save_latest(run: Run, state: dict | None = None) -> None:
     """Write ckpt.pt from state (default: run_checkpoint(run)), unless its weights have diverged."""
     state = run_checkpoint(run) if state is None else state
     if not run.master:
         return
     if not all_finite(state["model"].values()):
-        raise Diverged(f"the weights hold NaN or inf at iteration {run.iter_num}; not overwriting "
-                       f"{run.out_dir / 'ckpt.pt'}, which is the last good checkpoint")
+        raise Diverged(f"the weights hold NaN or inf at iteration {run.iter_num}; not saving them. "
+                       f"{last_good(run)}")
     save_checkpoint(state, run.out_dir / "ckpt.pt")
+    run.has_checkpoint = True
 
 
-def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
+def evaluate_and_save(run: Run, last: bool, bar: tqdm, stop: StopRequest | None = None) -> dict:
     """Estimate both losses, log them, and save best.pt (if val improved) and ckpt.pt. Rank 0 only, but every
-    rank under FSDP: its forward passes and state gathering need them all; rank 0 alone writes."""
-    losses = estimate_loss(run.compiled, run.splits, run.config, run.block_size, run.device, run.dtype,
-                           run.data_description["vocab_size"])
+    rank under FSDP: its forward passes and state gathering need them all; rank 0 alone writes. A signal
+    (stop) interrupts the estimate alone, in one process: what follows it writes files."""
+    with stop.interruptible(run.world_size == 1) if stop else contextlib.nullcontext():
+        losses = estimate_loss(run.compiled, run.splits, run.config, run.block_size, run.device, run.dtype,
+                               run.data_description["vocab_size"])
     if not math.isfinite(losses["val"]):
-        raise Diverged(f"val loss is {losses['val']} at iteration {run.iter_num}; stopping. The last good "
-                       f"checkpoint is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
+        raise Diverged(f"val loss is {losses['val']} at iteration {run.iter_num}; stopping. {last_good(run)}; "
+                       "try a lower learning_rate or grad_clip")
     record = {"iter": run.iter_num, "train_loss": losses["train"], "val_loss": losses["val"]}
     run.log.write({"iter": run.iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"]})
     if run.master:
@@ -432,27 +466,32 @@ def train_loop(run: Run) -> dict:
     window = {"loss": torch.zeros((), device=run.device), "steps": 0, "seconds": 0.0}
     bar = tqdm(total=config.max_iters, initial=run.iter_num, disable=not (run.master and config.progress),
                dynamic_ncols=True, unit="it")
+    alone = run.world_size == 1  # only there may a signal cut work short: no process waits for this one
     with StopRequest() as stop:
+        run.optimizer.register_step_pre_hook(stop.defer)  # a step that has begun changing the weights finishes
         while True:
             # Every process must leave the loop at the same step, or DDP waits forever.
             stopped_by, out_of_time = max_over_processes(
                 [stop.signal, float(0 < config.max_seconds <= train_seconds)], run.world_size, run.device)
             last = run.iter_num >= config.max_iters or bool(out_of_time)
-            if (run.master or run.sharded) and (run.iter_num % config.eval_interval == 0 or last):
-                evals.append(evaluate_and_save(run, last, bar))
-            if config.eval_only or last:
-                stopped_by = 0
-                break
+            before_step = None  # the random state at the end of the last complete step, when a signal cuts one
+            try:
+                if (run.master or run.sharded) and (run.iter_num % config.eval_interval == 0 or last):
+                    evals.append(evaluate_and_save(run, last, bar, stop))
+                if config.eval_only or last:
+                    stopped_by = 0
+                    break
+                if not stopped_by:
+                    started = time.perf_counter()
+                    lr = get_lr(run.iter_num, config)
+                    before_step = random_state(run.batch_generator, run.device) if alone else None
+                    with stop.interruptible(alone):
+                        window["loss"] += train_step(run, lr)
+            except Interrupted:
+                stopped_by = stop.signal
             if stopped_by:
-                if run.master or run.sharded:
-                    save_latest(run)
-                if run.master:
-                    bar.write(f"interrupted ({signal.Signals(int(stopped_by)).name}): saved iteration "
-                              f"{run.iter_num} to {run.out_dir / 'ckpt.pt'}; continue with --init_from=resume")
+                stop_and_save(run, stopped_by, before_step, bar)
                 break
-            started = time.perf_counter()
-            lr = get_lr(run.iter_num, config)
-            window["loss"] += train_step(run, lr)
             window["steps"] += 1
             log_now = run.iter_num % config.log_interval == 0 or run.iter_num == config.max_iters
             train_loss = mean_train_loss(run, window) if log_now else None
@@ -473,12 +512,26 @@ def train_loop(run: Run) -> dict:
             "model": None if run.sharded else run.model}  # a sharded model holds the process group (end_processes)
 
 
+def stop_and_save(run: Run, stopped_by: int, rng: dict | None, bar: tqdm) -> None:
+    """Save the last complete step to ckpt.pt (with rng, the random state before a step that a signal cut
+    short) and say how to continue."""
+    name = signal.Signals(int(stopped_by)).name
+    if run.config.eval_only:  # which writes nothing
+        bar.write(f"interrupted ({name}) during the evaluation")
+        return
+    if run.master or run.sharded:
+        save_latest(run, run_checkpoint(run, rng))
+    if run.master:
+        bar.write(f"interrupted ({name}): saved iteration {run.iter_num} to {run.out_dir / 'ckpt.pt'}; continue "
+                  "with --init_from=resume")
+
+
 def mean_train_loss(run: Run, window: dict) -> float:
     """The mean training loss of the steps since the last log line, over every process; NaN stops the run."""
     train_loss = mean_over_processes(window["loss"], run.world_size).item() / window["steps"]
     if not math.isfinite(train_loss):
-        raise Diverged(f"train loss is {train_loss} at iteration {run.iter_num}; stopping. The last good checkpoint "
-                       f"is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
+        raise Diverged(f"train loss is {train_loss} at iteration {run.iter_num}; stopping. {last_good(run)}; "
+                       "try a lower learning_rate or grad_clip")
     return train_loss
 
 
