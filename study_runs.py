@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import typing
@@ -107,6 +108,11 @@ def claim_study(ablate: "AblateConfig", identity: dict, cells: list[str]) -> Non
     except OSError as e:
         raise UserError(f"cannot create study_dir={ablate.study_dir!r}: {e.strerror or e}; choose another "
                         "--study_dir") from None
+    try:
+        tempfile.TemporaryFile(dir=study_dir).close()  # a read-only folder or file system: said before any work
+    except OSError as e:
+        raise UserError(f"cannot write in study_dir={ablate.study_dir!r}: {e.strerror or e}; make it writable or "
+                        "choose another --study_dir") from None
     identity = {**identity, "ablate_config": {**identity["ablate_config"], "cells": cells}}
     stored, damage = read_json(study_dir / STUDY_FILE)
     if stored == identity:
