@@ -413,6 +413,8 @@ def study_records(plan: list[dict], ablate: "AblateConfig", train_config, model_
         return None, 0
     claim_study(ablate, study_identity(ablate, train_config, model_config),
                 list(dict.fromkeys(run["variant"] for run in plan)))
+    for run in [plan[ablate.run_index]] if ablate.run_index >= 0 else plan:
+        finished_record(run, ablate.overwrite)  # a damaged or mismatched record stops the study before any training
     max_iters, show = train_config.max_iters, train_config.progress
     if ablate.report_only:
         return finished_records(plan, ablate), 0
