@@ -114,13 +114,22 @@ def claim_study(ablate: "AblateConfig", identity: dict, cells: list[str]) -> Non
         raise UserError(f"cannot write in study_dir={ablate.study_dir!r}: {e.strerror or e}; make it writable or "
                         "choose another --study_dir") from None
     identity = {**identity, "ablate_config": {**identity["ablate_config"], "cells": cells}}
-    stored, damage = read_json(study_dir / STUDY_FILE)
-    if stored == identity:
-        return
-    if (stored is not None or damage) and not ablate.overwrite:
+    identity = json.loads(json.dumps(identity))  # as it reads back from study.json (tuples become lists)
+    with contextlib.ExitStack() as stack:  # two studies started at once: the second sees the first's study.json
+        hold_lock(study_dir / "study.lock", stack, wait=True)
+        stored, damage = read_json(study_dir / STUDY_FILE)
+        if stored != identity:
+            replace_study(study_dir, identity, stored, damage, ablate.overwrite)
+
+
+def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: str, overwrite: bool) -> None:
+    """Write study.json for identity over what a folder holds: nothing, or (with --overwrite=True) another
+    study, whose results and plots go, or a damaged study.json."""
+    if (stored is not None or damage) and not overwrite:
         what = f"is damaged ({damage})" if damage else (
             f"is another study: {', '.join(changed_settings(stored, identity))} differ; cells there: "
-            f"{', '.join(stored.get('ablate_config', {}).get('cells', []))}; now: {', '.join(cells)}")
+            f"{', '.join(stored.get('ablate_config', {}).get('cells', []))}; now: "
+            f"{', '.join(identity['ablate_config']['cells'])}")
         raise UserError(f"{study_dir / STUDY_FILE} {what}. Give --overwrite=True to replace its results (its runs "
                         "are kept, and reused where their settings match), or choose another --study_dir")
     if stored is not None or damage:

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -116,6 +117,55 @@ def test_two_processes_on_one_study_train_each_run_once(reference, tmp_path, scr
     assert trained == sorted(RUNS)  # every run by one process, once
     assert_each_run_logged_once(study_dir)
     assert numbers(study_dir) == numbers(reference / "study")
+
+
+@pytest.mark.slow
+def test_two_different_studies_started_at_once_on_one_folder(reference, tmp_path, script_env):
+    """The case that once mixed a 3000-step record with a 30-step evaluation: one study takes the folder, the
+    other is refused with one line before it trains anything."""
+    study_dir = tmp_path / "study"
+    budgets = {4: flags(study_dir, reference / "data"), 6: flags(study_dir, reference / "data", max_iters=6,
+                                                                 lr_decay_iters=6)}
+    processes = {steps: start(argv, script_env) for steps, argv in budgets.items()}
+    outputs = {steps: p.communicate(timeout=300) for steps, p in processes.items()}
+    codes = {steps: p.returncode for steps, p in processes.items()}
+    assert sorted(codes.values()) == [0, 2], outputs
+    winner, loser = (4, 6) if codes[4] == 0 else (6, 4)
+    assert_one_line_error(2, *outputs[loser], "study.json is another study", "max_iters", "--overwrite=True")
+    assert trained_runs(outputs[winner][0], study_dir) == sorted(RUNS) and not trained_runs(outputs[loser][0],
+                                                                                              study_dir)
+    for name in RUNS:
+        done = json.loads((study_dir / name / "done.json").read_text())
+        evaluation = json.loads((study_dir / name / "eval.json").read_text())
+        assert done["iter_num"] == winner and done["checkpoint"] == evaluation["key"]["checkpoint_identity"]
+    if winner == 4:
+        assert numbers(study_dir) == numbers(reference / "study")
+
+
+def test_study_json_is_read_and_written_under_the_study_lock(reference, tmp_path):
+    """Two studies started at the same instant: the second reads study.json only after the first wrote it."""
+    ablate_config, train_config, model_config = configs(tmp_path / "study", reference / "data")
+    identity = study_runs.study_identity(ablate_config, train_config, model_config)
+    refused = []
+
+    def claim() -> None:
+        try:
+            study_runs.claim_study(ablate_config, identity, ["learned", "none"])
+        except study_runs.UserError as e:
+            refused.append(str(e))
+
+    with ExitStack() as stack:
+        (tmp_path / "study").mkdir()
+        files.hold_lock(tmp_path / "study" / "study.lock", stack)  # as the first study does while it checks
+        second = threading.Thread(target=claim)
+        second.start()
+        second.join(timeout=1)
+        assert second.is_alive() and not (tmp_path / "study" / "study.json").exists()  # waiting for the lock
+        other = json.loads((reference / "study" / "study.json").read_text())
+        other["ablate_config"]["seeds"] = 3
+        (tmp_path / "study" / "study.json").write_text(json.dumps(other))  # what the first study writes
+    second.join(timeout=30)
+    assert len(refused) == 1 and "is another study: seeds differ" in refused[0]
 
 
 @pytest.mark.slow
