@@ -31,10 +31,11 @@ from dataset import load_split, resolve_data_dir
 from devices import choose_device, choose_dtype
 from errors import OptionError, UserError
 from files import hold_lock, remove_stale_temps, write_atomic
+from model import GPTConfig
 from study_eval import eval_lengths, evaluate_model, sliding_geometry
 from study_report import CHECKPOINT
 from tokenizer import read_description
-from train import train
+from train import TrainConfig, train
 
 if typing.TYPE_CHECKING:
     from ablate import AblateConfig
@@ -86,7 +87,7 @@ def file_identity(path: Path) -> dict:
 # ---------------------------------------------------------------------------------------------------- the study
 
 
-def study_identity(ablate: "AblateConfig", train_config, model_config) -> dict:
+def study_identity(ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig) -> dict:
     """The settings that change a study's numbers: the study's own (less OPERATIONAL), the base configs the
     cells start from (less what the plan sets per run), and the data."""
     from ablate import PER_RUN  # here, not at the top: ablate imports this module
@@ -413,7 +414,8 @@ def finished_records(plan: list[dict], ablate: "AblateConfig") -> list[dict]:
     return records
 
 
-def study_records(plan: list[dict], ablate: "AblateConfig", train_config, model_config) -> tuple[list | None, int]:
+def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainConfig,
+                  model_config: GPTConfig) -> tuple[list | None, int]:
     """Claim the study folder, then the runs' records as the study's mode asks: (records, 0) to report; (None, 0)
     after --list_runs or --run_index, which report nothing; ([], the signal) when one stopped the study."""
     check_modes(plan, ablate)
