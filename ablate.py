@@ -38,8 +38,8 @@ import ablate_plots
 from checkpoint import load_checkpoint
 from dataset import resolve_data_dir
 from errors import OptionError, main_guard
-from model import GPT, POS_ENCODINGS, GPTConfig
-from options import _convert, parse_options
+from model import GPT, GPTConfig
+from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, sliding_geometry
 from study_report import CHECKPOINT, header_lines, study_comparisons, summarize, write_results
@@ -51,11 +51,14 @@ from train import TrainConfig, build_model
 PER_RUN = ("vocab_size", "seed", "out_dir", "init_from", "eval_only", "overwrite", "always_save_checkpoint")
 PROTOCOLS = ("nonoverlapping", "sliding")
 
+# The cells of README's study; the other registered encodings (positions.POS_ENCODINGS: t5) join with --variants.
+STUDY_CELLS = ("learned", "sinusoidal", "rope", "alibi", "none")
+
 
 @dataclass
 class AblateConfig:
     study_dir: str = "out-ablate"  # study folder: one sub-folder per run (<cell>/seed<N>) and the results
-    variants: list[str] = field(default_factory=lambda: list(POS_ENCODINGS))  # cells: "rope", "name=value name=value"
+    variants: list[str] = field(default_factory=lambda: list(STUDY_CELLS))  # cells: "rope", "name=value name=value"
     grid: str = ""  # more cells, the cross product of "name=v1,v2;name2=v3,v4"; added after variants
     seeds: int = 5  # runs per cell, seeded first_seed, first_seed+1, ...
     first_seed: int = 1337  # seed of each cell's first run: initialisation and batch order
@@ -111,7 +114,7 @@ def parse_setting(text: str) -> tuple[str, object]:
     if name not in known:
         raise OptionError(f"cell setting {text!r}: {name!r} is not a GPTConfig/TrainConfig field (or is set per "
                           f"run: {', '.join(PER_RUN)}); see python train.py --help")
-    return name, _convert(name, value, known[name][1])
+    return name, convert_value(name, value, known[name][1])
 
 
 def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:
