@@ -12,6 +12,8 @@ Each (cell, seed) run trains in this process with train.train() into <study_dir>
 there its checkpoints, train.log, done.json (the training record with every setting that changes the numbers) and
 eval.json (the evaluation). A rerun reuses finished runs, refuses one made with other settings, and restarts
 unfinished ones from scratch; runs go seed by seed, so a study cut short still has whole seeds for every cell.
+Runs can be spread over processes (--jobs=N) or a cluster's job array (--run_index=K, then --report_only=True);
+see study_runs.py for how they share one study folder.
 
 Evaluation of every final model (ckpt.pt) on the whole val split, at each length L in eval_multipliers:
   nonoverlapping  the split cut into consecutive windows of L tokens; every token scored once, with the tokens
@@ -41,7 +43,7 @@ from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, sliding_geometry
 from study_report import CHECKPOINT, header_lines, study_comparisons, summarize, write_results
-from study_runs import train_and_evaluate
+from study_runs import study_records
 from tokenizer import read_description
 from train import TrainConfig, build_model
 
@@ -67,6 +69,11 @@ class AblateConfig:
     eval_batch_size: int = 64  # windows per forward pass in the evaluation
     reference: str = ""  # the cell that the paired-difference plot compares every other cell to; "": the first
     threads: int = 0  # torch CPU threads; 0: torch's default. 1 is faster when other jobs share a small CPU
+    jobs: int = 1  # runs trained at once, each in its own process on its share of the CPUs (or --threads)
+    run_index: int = -1  # train and evaluate only run number K of the plan (a job array's task); -1: all
+    report_only: bool = False  # report from the runs on disk, training nothing; unfinished runs are an error
+    list_runs: bool = False  # print the plan's runs (their numbers for --run_index) and stop
+    overwrite: bool = False  # replace the results of another study in study_dir (its runs are kept)
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.protocols if p not in PROTOCOLS]
@@ -79,6 +86,9 @@ class AblateConfig:
             raise ValueError(f"seeds={self.seeds} and eval_batch_size={self.eval_batch_size} must be at least 1")
         if not self.eval_multipliers or min(self.eval_multipliers) <= 0:
             raise ValueError(f"eval_multipliers={self.eval_multipliers} must be positive numbers")
+        if self.jobs < 1 or self.run_index < -1 or (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
+            raise ValueError(f"jobs={self.jobs} (at least 1), run_index={self.run_index} (-1: all) and report_only="
+                             f"{self.report_only}: choose one of --jobs, --run_index and --report_only")
         if not self.variants and not self.grid:
             raise ValueError("no cells to compare: give --variants=learned,none or --grid=name=v1,v2")
 
@@ -249,9 +259,8 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
         raise OptionError(f"reference={ablate.reference!r} is not one of the cells {cells}")
     if len({run["model_config"].block_size for run in plan}) > 1:
         raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size")
-    study_dir.mkdir(parents=True, exist_ok=True)
-    records, stopped_by = train_and_evaluate(plan, ablate, train_config.max_iters, train_config.progress)
-    if stopped_by:
+    records, stopped_by = study_records(plan, ablate, train_config, model_config)
+    if stopped_by or records is None:  # stopped, or --list_runs / --run_index: nothing to report
         return {"interrupted": stopped_by}
     block_size = model_config.block_size
     lengths = eval_lengths(block_size, ablate.eval_multipliers)
@@ -269,7 +278,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
 
 def main(argv: list[str]) -> None:
     ablate, train_config, model_config = parse_options(argv, (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py",
-                                                       description=__doc__, skip=PER_RUN)
+                                                       description=__doc__, skip=tuple(set(PER_RUN) - {"overwrite"}))
     received = []
 
     def stop(signum: int, frame) -> None:
@@ -284,6 +293,8 @@ def main(argv: list[str]) -> None:
         print("interrupted: finished runs are kept; run the same command again to continue", file=sys.stderr)
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])
+    if "summary" not in result:
+        return
     print(f"done in {result['invocation_seconds']:.0f} s: {Path(ablate.study_dir) / 'results.md'}")
     print((Path(ablate.study_dir) / "results.md").read_text())
 
