@@ -665,6 +665,22 @@ def test_numbers_out_of_range_are_one_line_before_anything_runs(run_copy, capsys
     assert digests(run_copy) == before and not (run_copy / "new").exists()
 
 
+@pytest.mark.parametrize("argv, fragments", [
+    (["--batch_size=1000000000"], ["batch_size=1000000000 x block_size=16", "GB for a step", "smaller batch_size"]),
+    (["--gradient_accumulation_steps=1000000000"], ["gradient_accumulation_steps=1000000000)", "GB for a step"]),
+    (["--n_head=16", "--n_embd=1000000000000"], ["n_embd=1000000000000 make more than 2**50 parameters"]),
+    (["--t5_max_distance=0"], ["t5_max_distance=0 must be at least 1"]),
+])
+def test_sizes_no_memory_holds_are_one_line(run_copy, capsys, argv, fragments):
+    """Were the kernel's OOM killer, an allocator's traceback, or a shape overflow's."""
+    before = digests(run_copy)
+    started = time.perf_counter()
+    result = cli(train_module.main, [*flags(run_copy / "new", run_copy / "data"), *argv], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert time.perf_counter() - started < 10
+    assert digests(run_copy) == before
+
+
 @pytest.mark.parametrize("setting", ["grad_clip", "max_seconds"])
 def test_zero_still_turns_grad_clip_and_max_seconds_off(run_copy, capsys, setting):
     code, out, err = cli(train_module.main, flags(run_copy / "new", run_copy / "data", **{setting: 0}), capsys)
