@@ -176,6 +176,7 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
         probs = F.softmax(sorted_logits, dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs  # a token stays while the tokens above it fall short of p
         drop_sorted = mass_before >= top_p
+        drop_sorted[..., 0] = False  # the most likely token always stays (a top_p below float32's least is 0)
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
@@ -192,7 +193,7 @@ class StopText:
 
     def __init__(self, decode: Callable[[list[int]], str], stops: tuple[str, ...] = (),
                  stop_ids: frozenset[int] = frozenset(), keep: bool = False):
-        self.decode, self.stops, self.stop_ids, self.keep = decode, tuple(s for s in stops if s), stop_ids, keep
+        self.decode, self.stops, self.stop_ids, self.keep = decode, tuple(stops), stop_ids, keep
         self.longest = max(map(len, self.stops), default=0)
         self.text, self.sent, self.pending, self.done = "", 0, [], False
 

@@ -65,6 +65,8 @@ class SampleConfig:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1], or None for all tokens")
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
+        if "" in self.stop:
+            raise ValueError("--stop='' would end every sample before it starts; give the text to stop at")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         check_init_from(self.init_from, ("resume",))

@@ -762,6 +762,7 @@ def test_a_train_lock_left_behind_refuses_no_one(run_copy, capsys):
     ("--seed=18446744073709551615", "seed=18446744073709551615 must be in [0, 2**64 - num_samples]"),
     ("--seed=-5", "seed=-5 must be in [0, 2**64 - num_samples]"),
     ("--dtype=float64", "dtype='float64' must be one of"),
+    ("--stop=", "--stop='' would end every sample"),
 ])
 def test_sampling_sizes_and_seeds_out_of_range_are_one_line(run_copy, capsys, flag, fragment):
     started = time.perf_counter()
@@ -778,3 +779,14 @@ def test_a_temperature_too_small_to_divide_by_is_greedy(run_copy, capsys):
         return out
 
     assert run("1e-40") == run("0") == run("1e-7")
+
+
+def test_a_top_p_below_float32s_least_keeps_the_most_likely_token(run_copy, capsys):
+    """1e-300 is 0 in float32: every token's mass before it reached it, and all were dropped (a NaN softmax)."""
+    def run(*flags: str) -> str:
+        code, out, err = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", "--max_new_tokens=20",
+                                           *flags], capsys)
+        assert code == 0 and "Traceback" not in err, err
+        return out
+
+    assert run("--top_p=1e-300") == run("--temperature=0")
