@@ -199,6 +199,19 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
     return model, state
 
 
+def refuse_foreign_resume(path: Path) -> None:
+    """Refuse --init_from=resume on nanoGPT's out_dir before this run locks it (writing train.lock there): a
+    glance at the checkpoint (weights_only, its tensors memory-mapped, not read). Anything else wrong with the
+    file is found by load_for_resume, after the lock."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # damaged, truncated, hostile, not a zip: load_checkpoint names which
+        return
+    if is_checkpoint(state):
+        raise UserError(f"{path} is nanoGPT's checkpoint, which cannot be resumed in its own out_dir (it holds no "
+                        f"random state); continue it in a new one: --init_from={path} --out_dir=NEW_DIR")
+
+
 def check_split(trained_on: dict, data_description: dict, path: Path, dataset: str) -> None:
     """Refuse to resume on another split of the data (re-prepared with other fractions, or other text with the
     same characters): the val loss would no longer compare, and the run would train on what it held out. A

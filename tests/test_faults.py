@@ -744,6 +744,17 @@ def test_resume_without_a_checkpoint_makes_no_out_dir(run_copy, capsys):
     assert not (run_copy / "missing").exists()
 
 
+def test_resume_in_nanogpts_out_dir_is_refused_before_it_is_locked(run_copy, capsys):
+    from test_nanogpt import write_nanogpt_run
+
+    ckpt = write_nanogpt_run(run_copy / "out-nanogpt")
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "out-nanogpt", run_copy / "data", init_from="resume"), capsys)
+    assert_one_line_error(*result, f"{ckpt} is nanoGPT's checkpoint", f"--init_from={ckpt} --out_dir=NEW_DIR")
+    assert digests(run_copy) == before
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["ckpt.pt"]  # no train.lock written there
+
+
 def test_a_train_lock_left_behind_refuses_no_one(run_copy, capsys):
     """train.lock stays after a run (README: removing it would let two processes hold it); it is an flock,
     held only while its process lives, so a file left by a run, or by a kill -9, never refuses the next."""
