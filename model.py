@@ -48,12 +48,15 @@ class GPTConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
         for name in ("sinusoidal_amplitude", "rope_base"):
-            if not 0 < getattr(self, name) < math.inf:  # also catches NaN
-                raise ValueError(f"{name}={getattr(self, name)} must be a finite number > 0")
+            if not getattr(self, name) > 0:  # also catches NaN
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0")
+        for name in ("sinusoidal_amplitude", "rope_base", "learned_init_std"):
+            if getattr(self, name) == math.inf:  # an inf table or angle base is a NaN loss later
+                raise ValueError(f"{name}=inf must be finite")
         if self.gelu not in ("tanh", "erf"):
             raise ValueError(f"gelu={self.gelu!r} must be tanh or erf")
-        if not 0 <= self.learned_init_std < math.inf:
-            raise ValueError(f"learned_init_std={self.learned_init_std} must be a finite number >= 0")
+        if not self.learned_init_std >= 0:
+            raise ValueError(f"learned_init_std={self.learned_init_std} must be >= 0")
 
 
 def check_token_ids(idx: torch.Tensor, vocab_size: int, what: str = "token id", ignore: int | None = None) -> None:

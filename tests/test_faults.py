@@ -652,9 +652,9 @@ def test_a_checkpoint_without_a_recorded_split_resumes_and_says_so_once(run_copy
     (["--max_seconds=-10"], ["max_seconds=-10.0 must be a finite number >= 0 (0: off)"]),
     (["--weight_decay=nan"], ["weight_decay=nan must be a finite number >= 0"]),
     (["--weight_decay=-0.1"], ["weight_decay=-0.1 must be a finite number >= 0"]),
-    (["--pos_encoding=sinusoidal", "--sinusoidal_amplitude=inf"], ["sinusoidal_amplitude=inf must be a finite"]),
-    (["--learned_init_std=inf"], ["learned_init_std=inf must be a finite number >= 0"]),
-    (["--pos_encoding=rope", "--rope_base=inf"], ["rope_base=inf must be a finite number > 0"]),
+    (["--pos_encoding=sinusoidal", "--sinusoidal_amplitude=inf"], ["sinusoidal_amplitude=inf must be finite"]),
+    (["--learned_init_std=inf"], ["learned_init_std=inf must be finite"]),
+    (["--pos_encoding=rope", "--rope_base=inf"], ["rope_base=inf must be finite"]),
     (["--dropout=nan"], ["dropout=nan must be in [0, 1)"]),
     (["--learning_rate=inf"], ["learning_rate=inf must be > 0"]),
 ])
