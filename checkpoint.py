@@ -199,10 +199,13 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
     return model, state
 
 
-def refuse_foreign_resume(path: Path) -> None:
-    """Refuse --init_from=resume on nanoGPT's out_dir before this run locks it (writing train.lock there): a
-    glance at the checkpoint (weights_only, its tensors memory-mapped, not read). Anything else wrong with the
-    file is found by load_for_resume, after the lock."""
+def check_resumable(path: Path) -> None:
+    """Refuse --init_from=resume without a checkpoint, or on nanoGPT's out_dir, before this run makes out_dir or
+    locks it (writing train.lock there): a glance at the checkpoint (weights_only, its tensors memory-mapped, not
+    read). Anything else wrong with the file is found by load_for_resume, after the lock."""
+    if not path.is_file():
+        raise UserError(f"--init_from=resume needs {path}, which does not exist; start a new run with "
+                        "--init_from=scratch, or give the --out_dir of the run to continue")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # damaged, truncated, hostile, not a zip: load_checkpoint names which

@@ -28,9 +28,6 @@ def claim_out_dir(out_dir: str, stack: contextlib.ExitStack, *, resume: bool, ov
         raise UserError(f"out_dir={out_dir!r} is a file, not a folder; choose another --out_dir")
     if not claim:
         return
-    if resume and not (folder / "ckpt.pt").is_file():  # before out_dir or its lock is made
-        raise UserError(f"--init_from=resume needs {folder / 'ckpt.pt'}, which does not exist; start a new run "
-                        "with --init_from=scratch, or give the --out_dir of the run to continue")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:

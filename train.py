@@ -28,12 +28,12 @@ from checkpoint import (
     all_finite,
     best_subset,
     check_init_from,
+    check_resumable,
     checkpoint_dict,
     checkpoint_model,
     load_for_resume,
     load_pretrained,
     random_state,
-    refuse_foreign_resume,
     restore,
     save_checkpoint,
 )
@@ -479,8 +479,8 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
     with contextlib.ExitStack() as stack:
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
-        if config.init_from == "resume" and (Path(config.out_dir) / "ckpt.pt").is_file():
-            refuse_foreign_resume(Path(config.out_dir) / "ckpt.pt")
+        if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
+            check_resumable(Path(config.out_dir) / "ckpt.pt")
         claim_out_dir(config.out_dir, stack, resume=config.init_from == "resume", overwrite=config.overwrite,
                       claim=rank == 0 and not config.eval_only)
         run = set_up(config, model_config, rank, world_size, device, data_dir, data_description, explicit)
