@@ -22,7 +22,7 @@ The results (results.md, .csv, .json and the plots) go to <study_dir>.
 """
 
 import itertools
-import re
+import math
 import signal
 import sys
 import time
@@ -33,14 +33,15 @@ from pathlib import Path
 import torch
 
 import ablate_plots
+import study_plan
 from checkpoint import load_checkpoint
-from dataset import resolve_data_dir
+from dataset import load_split, resolve_data_dir
 from errors import OptionError, main_guard
 from model import GPT, POS_ENCODINGS, GPTConfig
 from options import _convert, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, sliding_geometry
-from study_report import CHECKPOINT, header_lines, study_comparisons, summarize, write_results
+from study_report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
 from study_runs import train_and_evaluate
 from tokenizer import read_description
 from train import TrainConfig, build_model
@@ -48,6 +49,10 @@ from train import TrainConfig, build_model
 # Set by the study for each run: a run starts from scratch in its own folder and keeps its final checkpoint.
 PER_RUN = ("vocab_size", "seed", "out_dir", "init_from", "eval_only", "overwrite", "always_save_checkpoint")
 PROTOCOLS = ("nonoverlapping", "sliding")
+SPLITS = ("test", "val")
+MAX_SEEDS = 10_000  # seeds per cell: a plan of them is built in memory
+MAX_SEED = 2**63 - 1  # seeds are int64
+LABEL_WORDS = {"learning_rate": "lr", "learned_init_std": "init std"}  # how cell_label names these settings
 
 
 @dataclass
@@ -57,6 +62,14 @@ class AblateConfig:
     grid: str = ""  # more cells, the cross product of "name=v1,v2;name2=v3,v4"; added after variants
     seeds: int = 5  # runs per cell, seeded first_seed, first_seed+1, ...
     first_seed: int = 1337  # seed of each cell's first run: initialisation and batch order
+    budgets: list[int] = field(default_factory=list)  # steps each cell trains to, each a whole schedule; []: max_iters
+    headline_budget: int = 0  # the budget of the main tables (one of budgets); 0: the largest
+    eval_split: str = "test"  # the split final models are scored on: test (no choice looked at it) | val
+    lr_sweep: list[float] = field(default_factory=list)  # learning rates tried per cell on val; []: no sweep
+    lr_sweep_seeds: int = 2  # seeds per (cell, learning rate) of the sweep, from lr_sweep_first_seed
+    lr_sweep_first_seed: int = 100_000  # the sweep's first seed: its seeds must not be the headline's
+    lr_sweep_budget: int = 0  # steps of each sweep run; 0: the headline budget
+    equivalence_margin: float = 0.0  # TOST margin (nats/token), fixed before the study runs; 0: no TOST
     eval_multipliers: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0])  # eval lengths / block_size
     protocols: list[str] = field(default_factory=lambda: list(PROTOCOLS))  # nonoverlapping | sliding
     sliding_window: int = 0  # most tokens a sliding-window forward holds (context + the token); 0: block_size
@@ -72,12 +85,45 @@ class AblateConfig:
         if self.threads < 0 or self.sliding_window < 0 or self.sliding_stride < 0:
             raise ValueError(f"threads={self.threads}, sliding_window={self.sliding_window} and sliding_stride="
                              f"{self.sliding_stride} must be >= 0 (0: the default)")
-        if self.seeds < 1 or self.eval_batch_size < 1:
-            raise ValueError(f"seeds={self.seeds} and eval_batch_size={self.eval_batch_size} must be at least 1")
-        if not self.eval_multipliers or min(self.eval_multipliers) <= 0:
-            raise ValueError(f"eval_multipliers={self.eval_multipliers} must be positive numbers")
+        if self.sliding_window and self.sliding_stride > self.sliding_window:
+            raise ValueError(f"sliding_stride={self.sliding_stride} is longer than sliding_window="
+                             f"{self.sliding_window}: tokens between pieces would go unscored; give a stride of at "
+                             "most the window")
+        if self.seeds < 1 or self.eval_batch_size < 1 or self.lr_sweep_seeds < 1:
+            raise ValueError(f"seeds={self.seeds}, lr_sweep_seeds={self.lr_sweep_seeds} and eval_batch_size="
+                             f"{self.eval_batch_size} must be at least 1")
+        check_seeds("seeds", self.first_seed, self.seeds)
+        check_seeds("lr_sweep_seeds", self.lr_sweep_first_seed, self.lr_sweep_seeds)
+        if self.lr_sweep and max(self.first_seed, self.lr_sweep_first_seed) < min(
+                self.first_seed + self.seeds, self.lr_sweep_first_seed + self.lr_sweep_seeds):
+            raise ValueError(f"the learning-rate sweep's seeds ({self.lr_sweep_first_seed}..) overlap the study's "
+                             f"({self.first_seed}..{self.first_seed + self.seeds - 1}): a pick made on the "
+                             "headline's seeds flatters it; move --lr_sweep_first_seed")
+        if not self.eval_multipliers or not all(0 < m < math.inf for m in self.eval_multipliers):
+            raise ValueError(f"eval_multipliers={self.eval_multipliers} must be positive finite numbers")
+        if not all(lr > 0 and math.isfinite(lr) for lr in self.lr_sweep):
+            raise ValueError(f"lr_sweep={self.lr_sweep} must be positive finite learning rates")
+        if not (self.equivalence_margin >= 0 and math.isfinite(self.equivalence_margin)):
+            raise ValueError(f"equivalence_margin={self.equivalence_margin} must be >= 0 (0: no equivalence test)")
+        if any(b < 1 for b in self.budgets) or len(set(self.budgets)) < len(self.budgets):
+            raise ValueError(f"budgets={self.budgets} must be distinct step counts of at least 1")
+        if self.headline_budget and self.headline_budget not in self.budgets:
+            raise ValueError(f"headline_budget={self.headline_budget} is not one of budgets={self.budgets}")
+        if self.lr_sweep_budget < 0:
+            raise ValueError(f"lr_sweep_budget={self.lr_sweep_budget} must be >= 0 (0: the headline budget)")
+        if self.eval_split not in SPLITS:
+            raise ValueError(f"eval_split={self.eval_split!r} must be one of {', '.join(SPLITS)}")
         if not self.variants and not self.grid:
             raise ValueError("no cells to compare: give --variants=learned,none or --grid=name=v1,v2")
+
+
+def check_seeds(name: str, first: int, count: int) -> None:
+    """Seeds first .. first + count - 1 must be int64 values torch can take, and few enough to plan."""
+    if count > MAX_SEEDS:
+        raise ValueError(f"{name}={count:,} is more than MAX_SEEDS={MAX_SEEDS:,} runs per cell; give fewer seeds")
+    if first < 0 or first + count - 1 > MAX_SEED:
+        raise ValueError(f"seeds {first}..{first + count - 1} must lie in 0..{MAX_SEED} (a 64-bit integer); "
+                         "give a smaller first seed")
 
 
 # ---------------------------------------------------------------------------------------------------- cells
@@ -104,9 +150,20 @@ def parse_setting(text: str) -> tuple[str, object]:
     return name, _convert(name, value, known[name][1])
 
 
+def parse_cell(variant: str) -> dict[str, object]:
+    """One cell, "name=value name=value" (or a bare pos_encoding word): {field: value}, each field set once."""
+    cell: dict[str, object] = {}
+    for name, value in map(parse_setting, variant.split()):
+        if name in cell:
+            hint = ("; separate cells with commas, --variants=learned,rope" if name == "pos_encoding" else "")
+            raise OptionError(f"cell {variant!r} sets {name} twice ({cell[name]!r} and {value!r}); set it once{hint}")
+        cell[name] = value
+    return cell
+
+
 def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:
     """The cells to compare, in order: --variants, then the --grid cross product. Each is {field: value}."""
-    cells = [dict(parse_setting(part) for part in variant.split()) for variant in ablate.variants]
+    cells = [parse_cell(variant) for variant in ablate.variants]
     axes = []
     for part in filter(None, (p.strip() for p in ablate.grid.split(";"))):
         name, has_values, values = part.partition("=")
@@ -118,36 +175,60 @@ def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise OptionError(f"cells {repeated} are listed more than once; list each cell once")
+    if ablate.lr_sweep and any("learning_rate" in c for c in cells):
+        raise OptionError("a cell sets learning_rate and lr_sweep picks each cell's own: drop one of them")
     return cells
 
 
 def cell_name(cell: dict[str, object]) -> str:
-    """"sinusoidal sinusoidal_amplitude=1.0": the pos_encoding first, bare, then the other settings."""
+    """"sinusoidal sinusoidal_amplitude=1.0": the pos_encoding first, bare, then the other settings. The cell's
+    identity (its folder, its records); tables and plots show cell_label."""
     parts = [str(cell["pos_encoding"])] if "pos_encoding" in cell else []
     return " ".join(parts + [f"{k}={v}" for k, v in cell.items() if k != "pos_encoding"]) or "base"
 
 
-def cell_dir(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)
+def cell_label(cell: dict[str, object]) -> str:
+    """The cell as a person writes it: "sinusoidal 0.1" (a setting of the cell's own encoding, by value alone),
+    "learned init std 0.01", "rope lr 0.003", other settings as name=value."""
+    encoding = str(cell.get("pos_encoding", ""))
+    parts = [encoding] if encoding else []
+    for name, value in cell.items():
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        if name == "pos_encoding":
+            continue
+        if name in LABEL_WORDS:
+            parts.append(f"{LABEL_WORDS[name]} {shown}")
+        elif encoding and name.startswith(f"{encoding}_"):
+            parts.append(shown)
+        else:
+            parts.append(f"{name}={shown}")
+    return " ".join(parts) or "base"
 
 
-def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> list[dict]:
-    """One entry per (cell, seed), seed by seed: everything identical except the cell's settings, seed, out_dir."""
-    cells = study_cells(ablate)
+def cell_configs(cells: list[dict], train_config: TrainConfig, model_config: GPTConfig) -> list[tuple]:
+    """(name, label, train config, model config) per cell; a setting a config refuses (dropout=1.5, a misspelt
+    encoding, rope with an odd head size) is one line naming the cell, before anything trains."""
     configs = []
     for cell in cells:
         overrides = {s: {k: v for k, v in cell.items() if field_types()[k][0] is s} for s in (TrainConfig, GPTConfig)}
-        configs.append((cell_name(cell), replace(train_config, **overrides[TrainConfig]),
-                        replace(model_config, **overrides[GPTConfig])))
-    plan = []
-    for seed in range(ablate.first_seed, ablate.first_seed + ablate.seeds):
-        for name, cell_train, cell_model in configs:
-            run_dir = Path(ablate.study_dir) / cell_dir(name) / f"seed{seed}"
-            plan.append({"variant": name, "seed": seed, "dir": run_dir, "model_config": cell_model,
-                         "train_config": replace(cell_train, out_dir=str(run_dir), seed=seed, progress=False,
-                                                 init_from="scratch", eval_only=False, overwrite=False,
-                                                 always_save_checkpoint=True)})
-    return plan
+        try:
+            configs.append((cell_name(cell), cell_label(cell), replace(train_config, **overrides[TrainConfig]),
+                            replace(model_config, **overrides[GPTConfig])))
+        except ValueError as e:
+            raise OptionError(f"cell {cell_name(cell)!r}: {e}") from None
+    return configs
+
+
+def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
+             cells: list[dict] | None = None) -> list[dict]:
+    """The study's runs at every budget, seed by seed (see study_plan.py); cells default to study_cells."""
+    configs = cell_configs(study_cells(ablate) if cells is None else cells, train_config, model_config)
+    return study_plan.budget_plan(configs, Path(ablate.study_dir), seeds(ablate), ablate.budgets or [None],
+                                  ablate.eval_split)
+
+
+def seeds(ablate: AblateConfig) -> range:
+    return range(ablate.first_seed, ablate.first_seed + ablate.seeds)
 
 
 def initial_model(run: dict) -> GPT:
@@ -158,66 +239,7 @@ def initial_model(run: dict) -> GPT:
     return model
 
 
-# ---------------------------------------------------------------------------------------------------- training
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------------------------------------------- evaluation
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------------------------------------------- statistics
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------------------- results
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def position_tables(plan: list[dict]) -> dict | None:
@@ -231,6 +253,51 @@ def position_tables(plan: list[dict]) -> dict | None:
         f"after training (step {final['iter_num']})": final["model"]["input_layer.wpe"].float()}}
 
 
+def check_before_training(ablate: AblateConfig, plan: list[dict], cells: list[str]) -> None:
+    """Everything about the evaluation and the data that can be wrong, found before the first run trains."""
+    if ablate.reference and ablate.reference not in cells:
+        raise OptionError(f"reference={ablate.reference!r} is not one of the cells {cells}")
+    block_sizes = {run["model_config"].block_size for run in plan}
+    if len(block_sizes) > 1:
+        raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size")
+    block_size = block_sizes.pop()
+    window, stride = sliding_geometry(ablate, block_size)
+    if stride > window:
+        raise OptionError(f"sliding_stride={stride} is longer than the sliding window ({window} tokens): tokens "
+                          "between pieces would go unscored; give a stride of at most the window")
+    for dataset in dict.fromkeys(run["train_config"].dataset for run in plan):
+        for split in dict.fromkeys(("val", ablate.eval_split)):  # an old dataset without test.bin: one line
+            load_split(resolve_data_dir(dataset), split, block_size)
+
+
+def headline_budget(ablate: AblateConfig, train_config: TrainConfig) -> int:
+    return ablate.headline_budget or max(ablate.budgets, default=train_config.max_iters)
+
+
+def own_learning_rates(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
+                       cells: list[dict]) -> tuple[dict | None, int]:
+    """Train the learning-rate sweep (val only) and pick each cell's rate: ({"picks": {cell: rate}, "val":
+    {cell: {rate: [val loss per seed]}}, "runs": records}, 0), or (None, the signal) when one stopped it."""
+    configs = cell_configs(cells, train_config, model_config)
+    sweep_seeds = range(ablate.lr_sweep_first_seed, ablate.lr_sweep_first_seed + ablate.lr_sweep_seeds)
+    budget = ablate.lr_sweep_budget or headline_budget(ablate, train_config)
+    plan = study_plan.sweep_plan(configs, ablate.lr_sweep, Path(ablate.study_dir), sweep_seeds, budget)
+    at_block = replace(ablate, eval_multipliers=[1.0], protocols=["nonoverlapping"])
+    records, stopped_by = train_and_evaluate(plan, at_block, train_config.progress)
+    if stopped_by:
+        return None, stopped_by
+    block = str(model_config.block_size)
+    val: dict[str, dict[float, list[float]]] = {cell_name(c): {lr: [] for lr in ablate.lr_sweep} for c in cells}
+    for run, record in zip(plan, records, strict=True):
+        assert record["eval"]["split"] == "val", "a choice must never see the test split"
+        loss = record["eval"]["protocols"]["nonoverlapping"][block]["loss"]
+        val[run["cell"]][run["train_config"].learning_rate].append(loss)
+    return {"picks": study_plan.pick_learning_rates(val), "val": val, "budget": budget, "runs": records}, 0
+
+
+def own_rate_cells(cells: list[dict], picks: dict[str, float], common: float) -> list[dict]:
+    """Each cell at its own learning rate where that is not the common one (the common run is its own best)."""
+    return [{**c, "learning_rate": picks[cell_name(c)]} for c in cells if picks[cell_name(c)] != common]
 
 
 def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> dict:
@@ -240,28 +307,53 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     if ablate.threads:
         torch.set_num_threads(ablate.threads)
     study_dir = Path(ablate.study_dir)
-    plan = run_plan(ablate, train_config, model_config)
-    cells = list(dict.fromkeys(run["variant"] for run in plan))
-    if ablate.reference and ablate.reference not in cells:
-        raise OptionError(f"reference={ablate.reference!r} is not one of the cells {cells}")
-    if len({run["model_config"].block_size for run in plan}) > 1:
-        raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size")
+    cells = study_cells(ablate)
+    plan = run_plan(ablate, train_config, model_config, cells)  # every cell checked before anything trains
+    names = [cell_name(c) for c in cells]
+    check_before_training(ablate, plan, names)
+    if ablate.lr_sweep:
+        cell_configs([{**c, "learning_rate": lr} for c in cells for lr in ablate.lr_sweep], train_config,
+                     model_config)
     study_dir.mkdir(parents=True, exist_ok=True)
-    records, stopped_by = train_and_evaluate(plan, ablate, train_config.max_iters, train_config.progress)
+    sweep = None
+    if ablate.lr_sweep:
+        sweep, stopped_by = own_learning_rates(ablate, train_config, model_config, cells)
+        if stopped_by:
+            return {"interrupted": stopped_by}
+        own = own_rate_cells(cells, sweep["picks"], train_config.learning_rate)
+        plan = run_plan(ablate, train_config, model_config, cells + own)
+        sweep["own"] = {cell_name(c): cell_name({**c, "learning_rate": sweep["picks"][cell_name(c)]})
+                        if sweep["picks"][cell_name(c)] != train_config.learning_rate else cell_name(c)
+                        for c in cells}
+    records, stopped_by = train_and_evaluate(plan, ablate, train_config.progress)
     if stopped_by:
         return {"interrupted": stopped_by}
     block_size = model_config.block_size
-    lengths = eval_lengths(block_size, ablate.eval_multipliers)
-    rows = summarize(records, lengths, ablate.protocols)
-    families = study_comparisons(records, cells, lengths, ablate, block_size)
-    study = {"ablate_config": asdict(ablate), "lengths": lengths, "block_size": block_size,
-             "window": sliding_geometry(ablate, block_size)[0], "checkpoint": CHECKPOINT, "confidence": CONFIDENCE,
-             "invocation_seconds": time.perf_counter() - started}
-    plots = ablate_plots.plot_all(study_dir, rows, records, families, study, position_tables(plan),
-                                  ablate.reference or cells[0])
-    write_results(study_dir, rows, families, records, lengths, header_lines(ablate, plan, records), study,
-                  plots)
-    return {**study, "summary": rows, "comparisons": families, "runs": records, "interrupted": 0}
+    study = {"ablate_config": asdict(ablate), "lengths": eval_lengths(block_size, ablate.eval_multipliers),
+             "block_size": block_size, "window": sliding_geometry(ablate, block_size)[0], "checkpoint": CHECKPOINT,
+             "confidence": CONFIDENCE, "split": ablate.eval_split,
+             "headline_budget": headline_budget(ablate, train_config),
+             "labels": {run["variant"]: run["label"] for run in plan}, "cells": names,
+             "lr_sweep": None if sweep is None else {k: v for k, v in sweep.items() if k != "runs"}}
+    study["invocation_seconds"] = time.perf_counter() - started
+    return {**study, **report(study_dir, plan, records, study, ablate), "interrupted": 0}
+
+
+def report(study_dir: Path, plan: list[dict], records: list[dict], study: dict, ablate: AblateConfig) -> dict:
+    """Tables, comparisons and plots of the evaluated runs: the main ones at the headline budget."""
+    evaluated = [r for r in records if "eval" in r]
+    headline = [r for r in evaluated if r["budget"] == study["headline_budget"]]
+    cells = list(dict.fromkeys(r["variant"] for r in headline))
+    rows = summarize(headline, study["lengths"], ablate.protocols, study["labels"])
+    families = study_comparisons(headline, study["cells"], study["lengths"], ablate, study["block_size"],
+                                 (study["lr_sweep"] or {}).get("own"))
+    budgets = budget_summary(evaluated, study, ablate)
+    headline_plan = [run for run in plan if run["budget"] == study["headline_budget"] and run["role"] == "run"]
+    plots = ablate_plots.plot_all(study_dir, rows, headline, families, study, position_tables(headline_plan),
+                                  ablate.reference or cells[0], budgets)
+    write_results(study_dir, rows, families, headline, header_lines(ablate, headline_plan, headline, study), study,
+                  plots, budgets)
+    return {"summary": rows, "comparisons": families, "budgets": budgets, "runs": records}
 
 
 def main(argv: list[str]) -> None:

@@ -3,6 +3,7 @@ leaves done.json (the training record with every setting that changes the number
 evaluation), and is reused when the settings match."""
 
 import contextlib
+import itertools
 import json
 import shutil
 import threading
@@ -14,11 +15,12 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from checkpoint import read_checkpoint
-from dataset import load_split, resolve_data_dir
+from dataset import load_split, resolve_data_dir, split_identity
 from devices import choose_device, choose_dtype
 from errors import UserError
-from files import write_atomic
-from study_eval import eval_lengths, evaluate_model, sliding_geometry
+from files import atomic_files, write_atomic
+from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_counts
+from study_plan import STABLE, tokens_per_iter
 from study_report import CHECKPOINT
 from tokenizer import read_description
 from train import train
@@ -30,10 +32,14 @@ NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name"
 
 
 def settings(run: dict) -> dict:
-    """Everything that changes a run's numbers: both configs (less NEUTRAL fields) and the data's description."""
-    description = read_description(resolve_data_dir(run["train_config"].dataset))
+    """Everything that changes a run's numbers: both configs (less NEUTRAL fields), the data's description (with
+    its split's identity: rule, fractions, token counts, SHA-256 of each .bin), the split it is scored on, and
+    the run it continues (its folder, by name)."""
+    start = run["start_from"]
     return {"train_config": {k: v for k, v in asdict(run["train_config"]).items() if k not in NEUTRAL},
-            "model_config": asdict(run["model_config"]), "data": description}
+            "model_config": asdict(run["model_config"]),
+            "data": read_description(resolve_data_dir(run["train_config"].dataset)),
+            "run": {"scored_on": run["split"], "starts_from": None if start is None else start.name}}
 
 
 def changed_settings(stored: dict, current: dict) -> list[str]:
@@ -78,6 +84,9 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
         return record, 0
     shutil.rmtree(run["dir"], ignore_errors=True)  # an unfinished run starts again from scratch
     run["dir"].mkdir(parents=True)
+    if run["start_from"] is not None:  # a branch: it resumes a copy of the run it continues
+        with atomic_files(run["dir"] / CHECKPOINT) as (temp,):
+            shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
     stop = threading.Event()
     watcher = threading.Thread(target=follow, args=(run["dir"] / "metrics.jsonl", bar, start, stop), daemon=True)
     watcher.start()
@@ -90,7 +99,9 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
         watcher.join()
     if result["interrupted"]:
         return None, result["interrupted"]
-    record = {"variant": run["variant"], "seed": run["seed"], "parameters": result["model"].get_num_params(),
+    record = {"variant": run["variant"], "seed": run["seed"], "budget": run["budget"], "role": run["role"],
+              "tokens_per_iter": tokens_per_iter(run["train_config"], run["model_config"]),
+              "parameters": result["model"].get_num_params(),
               "iter_num": result["iter_num"], "final_val_estimate": result["evals"][-1]["val_loss"],
               "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run)}
@@ -99,12 +110,15 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
 
 
 def evaluate_run(run: dict, ablate: "AblateConfig") -> dict:
-    """The run's final model on the whole val split under each protocol and length; cached in eval.json."""
+    """The run's final model on its whole split (run["split"]) under each protocol and length; cached in
+    eval.json."""
     block_size = run["model_config"].block_size
     lengths = eval_lengths(block_size, ablate.eval_multipliers)
     window, stride = sliding_geometry(ablate, block_size)
+    data_dir = resolve_data_dir(run["train_config"].dataset)
+    description = read_description(data_dir)
     key = {"checkpoint": CHECKPOINT, "lengths": lengths, "protocols": ablate.protocols, "window": window,
-           "stride": stride}
+           "stride": stride, "split": run["split"], "split_identity": split_identity(description)}
     eval_file = run["dir"] / "eval.json"
     if eval_file.exists():
         cached = json.loads(eval_file.read_text())
@@ -113,29 +127,32 @@ def evaluate_run(run: dict, ablate: "AblateConfig") -> dict:
     device = choose_device(run["train_config"].device)
     dtype = choose_dtype(run["train_config"].dtype, device)
     model = read_checkpoint(run["dir"] / CHECKPOINT)[0].to(device)
-    val = load_split(resolve_data_dir(run["train_config"].dataset), "val", max(lengths))
+    data = load_split(data_dir, run["split"], max(lengths))
     started = time.perf_counter()
-    protocols = evaluate_model(model, val, lengths, ablate, device, dtype)
-    result = {"key": key, "tokens": len(val) - 1, "seconds": time.perf_counter() - started, "protocols": protocols}
+    protocols = evaluate_model(model, data, lengths, ablate, device, dtype)
+    result = {"key": key, "split": run["split"], **target_counts(data, description),
+              "seconds": time.perf_counter() - started, "protocols": protocols}
     write_atomic(eval_file, json.dumps(result))
     return result
 
 
-def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> tuple[list[dict], int]:
+def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", show: bool) -> tuple[list[dict], int]:
     """Every run's record with its evaluation, in plan order, and 0; or ([], the signal) when one stopped it."""
     records = []
-    bar = tqdm(total=len(plan) * max_iters, unit="step", dynamic_ncols=True, disable=not show)
+    steps = [0] + list(itertools.accumulate(run["budget"] for run in plan))
+    bar = tqdm(total=steps[-1], unit="step", dynamic_ncols=True, disable=not show)
     for i, run in enumerate(plan):
-        start = i * max_iters
+        start = steps[i]
         bar.set_description(f"run {i + 1}/{len(plan)}: {run['variant']}, seed {run['seed']}")
         record, stopped_by = train_run(run, bar, start)
         if record is None:
             bar.close()
             print(f"interrupted: {run['dir']} is unfinished and will start again on the next run of ablate.py")
             return [], stopped_by
-        bar.n = start + max_iters  # a time budget can end a run early
+        bar.n = steps[i + 1]  # a time budget can end a run early
         bar.set_postfix_str("evaluating")
-        record["eval"] = evaluate_run(run, ablate)
+        if run["role"] != STABLE:  # a stable segment is a means to its branches, not a result
+            record["eval"] = evaluate_run(run, ablate)
         records.append(record)
     bar.close()
     return records, 0

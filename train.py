@@ -48,6 +48,7 @@ from parallel import (
     shard_model,
     wrap_for_training,
 )
+from schedule import check_schedule, get_lr
 from tokenizer import read_description, tokenizer_difference
 
 RUN_FILES = ("ckpt.pt", "best.pt", "metrics.jsonl")  # what a run leaves in out_dir
@@ -77,7 +78,10 @@ class TrainConfig:
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.95  # AdamW beta2
     grad_clip: float = 1.0  # clip the gradient norm to this; 0: no clipping
-    decay_lr: bool = True  # linear warmup then cosine decay; False: constant learning_rate
+    decay_lr: bool = True  # linear warmup then lr_schedule's decay; False: constant learning_rate
+    lr_schedule: str = "cosine"  # cosine (to min_lr at lr_decay_iters) | wsd (warmup, stable, decay): schedule.py
+    wsd_decay_fraction: float = 0.2  # wsd: the decay to min_lr takes the last round(fraction * max_iters) steps
+    wsd_decay_shape: str = "1-sqrt"  # wsd: the decay's shape, linear | 1-sqrt (schedule.py)
     warmup_iters: int = 100  # steps of linear warmup
     lr_decay_iters: int = 5000  # step where the cosine reaches min_lr (at or before warmup_iters: no cosine)
     min_lr: float = 6e-5  # final learning rate (usually learning_rate / 10)
@@ -110,22 +114,11 @@ class TrainConfig:
         if not self.out_dir.strip():
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
         check_init_from(self.init_from, ("scratch", "resume"))
+        check_schedule(self)
 
 
 class Diverged(UserError, FloatingPointError):
     """The loss or the weights went NaN or inf: a learning rate too high, usually. Nothing bad was saved."""
-
-
-def get_lr(it: int, config: TrainConfig) -> float:
-    """Linear warmup to learning_rate, cosine decay to min_lr at lr_decay_iters, then min_lr."""
-    if not config.decay_lr:
-        return config.learning_rate
-    if it < config.warmup_iters:
-        return config.learning_rate * (it + 1) / (config.warmup_iters + 1)
-    if it >= config.lr_decay_iters:  # also where lr_decay_iters <= warmup_iters: nanoGPT's schedule has no cosine
-        return config.min_lr
-    progress = (it - config.warmup_iters) / (config.lr_decay_iters - config.warmup_iters)
-    return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.learning_rate - config.min_lr)
 
 
 def init_distributed(config: TrainConfig) -> tuple[int, int, torch.device]:
