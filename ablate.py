@@ -155,7 +155,8 @@ def parse_cell(variant: str) -> dict[str, object]:
     cell: dict[str, object] = {}
     for name, value in map(parse_setting, variant.split()):
         if name in cell:
-            hint = ("; separate cells with commas, --variants=learned,rope" if name == "pos_encoding" else "")
+            commas = ",".join(variant.split())
+            hint = f"; separate cells with commas: --variants={commas}" if name == "pos_encoding" else ""
             raise OptionError(f"cell {variant!r} sets {name} twice ({cell[name]!r} and {value!r}); set it once{hint}")
         cell[name] = value
     return cell
@@ -207,10 +208,13 @@ def cell_label(cell: dict[str, object]) -> str:
 
 def cell_configs(cells: list[dict], train_config: TrainConfig, model_config: GPTConfig) -> list[tuple]:
     """(name, label, train config, model config) per cell; a setting a config refuses (dropout=1.5, a misspelt
-    encoding, rope with an odd head size) is one line naming the cell, before anything trains."""
+    encoding, rope with an odd head size) is one line naming the cell, before anything trains. A cell's own
+    learning_rate scales min_lr with it (unless the cell sets min_lr too)."""
     configs = []
     for cell in cells:
         overrides = {s: {k: v for k, v in cell.items() if field_types()[k][0] is s} for s in (TrainConfig, GPTConfig)}
+        if "learning_rate" in cell and "min_lr" not in cell:  # the decay keeps its depth: min_lr / learning_rate
+            overrides[TrainConfig]["min_lr"] = train_config.min_lr * cell["learning_rate"] / train_config.learning_rate
         try:
             configs.append((cell_name(cell), cell_label(cell), replace(train_config, **overrides[TrainConfig]),
                             replace(model_config, **overrides[GPTConfig])))

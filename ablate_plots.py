@@ -341,7 +341,8 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
     for ax in (left, right):
         ax.set_xscale("log")
         ax.set_xlabel("tokens seen in training (one point per budget, each a complete schedule)")
-        ax.legend(fontsize=9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=9)
     left.set_ylabel(f"{study['split']} loss at L = block_size (nats/token)")
     right.set_ylabel("paired difference (nats/token); negative: the cell is better")
     left.set_title("Loss against tokens seen")

@@ -31,12 +31,9 @@ def cell_dir(name: str) -> str:
 def per_run(train_config, run_dir: Path, seed: int, start_from: Path | None, **changes):
     """The study's settings of one run: its folder and seed, from scratch or resumed from start_from's
     checkpoint (copied into run_dir first), and its final checkpoint kept."""
-    try:
-        return replace(train_config, out_dir=str(run_dir), seed=seed, progress=False, eval_only=False,
-                       init_from="resume" if start_from else "scratch", overwrite=False, always_save_checkpoint=True,
-                       **changes)
-    except ValueError as e:
-        raise OptionError(f"{run_dir}: {e}") from None
+    return replace(train_config, out_dir=str(run_dir), seed=seed, progress=False, eval_only=False,
+                   init_from="resume" if start_from else "scratch", overwrite=False, always_save_checkpoint=True,
+                   **changes)
 
 
 def entry(name: str, label: str, seed: int, budget: int, role: str, split: str, run_dir: Path, train_config,
@@ -60,23 +57,34 @@ def budget_runs(name: str, label: str, cell_train, cell_model, seed_dir: Path, s
     if budgets == [None]:
         config = per_run(cell_train, seed_dir, seed, None)
         return [entry(name, label, seed, config.max_iters, "run", split, seed_dir, config, cell_model)]
-    runs, stable_dir, stable_end = [], None, 0
+    runs, stable = [], (None, 0)
     for budget in sorted(budgets):
-        run_dir = seed_dir / f"{budget}steps"
-        if not wsd_branches(cell_train):
-            config = per_run(cell_train, run_dir, seed, None, max_iters=budget, lr_decay_iters=budget)
-            runs.append(entry(name, label, seed, budget, "run", split, run_dir, config, cell_model))
-            continue
-        start = budget - wsd_decay_iters(budget, cell_train.wsd_decay_fraction)
-        if start > stable_end:  # the constant-rate run, extended to where this budget's decay starts
-            segment_dir = seed_dir / f"{STABLE}{start}"
-            config = per_run(cell_train, segment_dir, seed, stable_dir, max_iters=start, wsd_decay_fraction=0.0)
-            runs.append(entry(name, label, seed, start, STABLE, split, segment_dir, config, cell_model, stable_dir))
-            stable_dir, stable_end = segment_dir, start
-        config = per_run(cell_train, run_dir, seed, stable_dir if start else None, max_iters=budget)
-        runs.append(entry(name, label, seed, budget, "run", split, run_dir, config, cell_model,
-                          stable_dir if start else None))
+        try:
+            found, stable = one_budget(name, label, cell_train, cell_model, seed_dir, seed, budget, split, stable)
+        except ValueError as e:
+            raise OptionError(f"cell {name!r}, budget {budget}: {e}") from None
+        runs += found
     return runs
+
+
+def one_budget(name: str, label: str, cell_train, cell_model, seed_dir: Path, seed: int, budget: int, split: str,
+               stable: tuple[Path | None, int]) -> tuple[list[dict], tuple[Path | None, int]]:
+    """The runs that bring a (cell, seed) to one budget, and the stable run (folder, steps) it leaves."""
+    run_dir = seed_dir / f"{budget}steps"
+    if not wsd_branches(cell_train):
+        config = per_run(cell_train, run_dir, seed, None, max_iters=budget, lr_decay_iters=budget)
+        return [entry(name, label, seed, budget, "run", split, run_dir, config, cell_model)], stable
+    runs, (stable_dir, stable_end) = [], stable
+    start = budget - wsd_decay_iters(budget, cell_train.wsd_decay_fraction)
+    if start > stable_end:  # the constant-rate run, extended to where this budget's decay starts
+        segment_dir = seed_dir / f"{STABLE}{start}"
+        config = per_run(cell_train, segment_dir, seed, stable_dir, max_iters=start, wsd_decay_fraction=0.0)
+        runs.append(entry(name, label, seed, start, STABLE, split, segment_dir, config, cell_model, stable_dir))
+        stable_dir, stable_end = segment_dir, start
+    branch_from = stable_dir if start else None  # a decay over the whole budget starts from scratch
+    config = per_run(cell_train, run_dir, seed, branch_from, max_iters=budget)
+    runs.append(entry(name, label, seed, budget, "run", split, run_dir, config, cell_model, branch_from))
+    return runs, (stable_dir, stable_end)
 
 
 def budget_plan(configs: list[tuple], study_dir: Path, seeds: range, budgets: list[int | None],
@@ -111,7 +119,10 @@ def sweep_plan(configs: list[tuple], learning_rates: list[float], study_dir: Pat
                            * learning_rate / cell_train.learning_rate}
                 if not wsd_branches(cell_train):
                     changes["lr_decay_iters"] = budget
-                config = per_run(cell_train, run_dir, seed, None, **changes)
+                try:
+                    config = per_run(cell_train, run_dir, seed, None, **changes)
+                except ValueError as e:
+                    raise OptionError(f"cell {name!r}, lr_sweep {learning_rate:g}: {e}") from None
                 plan.append({**entry(variant, f"{label} lr {learning_rate:g}", seed, budget, "sweep", "val",
                                      run_dir, config, cell_model), "cell": name})
     return plan
