@@ -296,9 +296,19 @@ def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[di
     lines += [""] + [f"![{name}]({name}.png)" for name in plots]
     write_atomic(study_dir / "results.md", "\n".join(lines) + "\n")
     write_atomic(study_dir / "results.csv", results_csv(rows, budgets))
-    runs = [{k: v for k, v in r.items() if k != "settings"} for r in records]
     write_atomic(study_dir / "results.json", json.dumps(
-        {**study, "summary": rows, "comparisons": families, "budgets": budgets, "runs": runs}, indent=1))
+        {**study, "summary": rows, "comparisons": families, "budgets": budgets,
+         "runs": [run_summary(r) for r in records]}, indent=1))
+
+
+def run_summary(record: dict) -> dict:
+    """A run as results.json keeps it: its numbers and its val-estimate curve, not its per-position losses,
+    train-loss log or settings (those stay in the run's own done.json and eval.json)."""
+    kept = {k: v for k, v in record.items() if k not in ("settings", "train_losses", "eval")}
+    evaluation = record["eval"]
+    return {**kept, "eval": {**{k: v for k, v in evaluation.items() if k != "protocols"}, "loss": {
+        f"{protocol} {n}": None if entry is None else entry["loss"]
+        for protocol, by_length in evaluation["protocols"].items() for n, entry in by_length.items()}}}
 
 
 def results_csv(rows: list[dict], budgets: dict) -> str:
