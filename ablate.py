@@ -1,24 +1,32 @@
-"""Controlled studies: train every cell of a grid under the same seeds, batches, initialisation and budget, then
-evaluate every final model the same way and compare the cells seed by seed.
-    python ablate.py config/ablate_positions.py
+"""Controlled studies: train every cell of a grid under the same seeds, batches, initialisation and budgets, then
+evaluate every final model the same way on a split no choice looked at, and compare the cells seed by seed.
+    python ablate.py config/ablate_positions_budgets.py
     python ablate.py config/ablate_positions.py --variants=learned,none --seeds=2 --max_iters=500
 
 Cells. --variants lists cells; a cell is a pos_encoding value ("rope"), or name=value settings of any
 GPTConfig/TrainConfig field separated by spaces ("pos_encoding=sinusoidal sinusoidal_amplitude=1.0", or
 "sinusoidal sinusoidal_amplitude=1.0"). --grid adds the cross product "name=v1,v2;name2=v3,v4" (";" between fields,
 "," between values). A cell's settings override the config file and flags; everything else is the same for all.
+Tables and plots name a cell as a person writes it ("sinusoidal 1.0").
 
-Each (cell, seed) run trains in this process with train.train() into <study_dir>/<cell>/seed<N>/ and leaves
-there its checkpoints, train.log, done.json (the training record with every setting that changes the numbers) and
-eval.json (the evaluation). A rerun reuses finished runs, refuses one made with other settings, and restarts
-unfinished ones from scratch; runs go seed by seed, so a study cut short still has whole seeds for every cell.
+Budgets (--budgets=1000,2000): each cell trains to each budget with a complete schedule: a cosine run per budget,
+or with --lr_schedule=wsd one constant-rate run per (cell, seed) that each budget's decay branches from
+(study_plan.py). --lr_sweep=3e-4,1e-3 first picks each cell's own learning rate on val, on seeds of its own; the
+cells then train at the common rate and at their own. --equivalence_margin adds a TOST verdict to every pair.
 
-Evaluation of every final model (ckpt.pt) on the whole val split, at each length L in eval_multipliers:
+Each run trains in this process with train.train() into <study_dir>/<cell>/seed<N>/ (with budgets, one folder per
+budget below it) and leaves there its checkpoints, train.log, done.json (the training record with every setting
+that changes the numbers, the data split's identity included) and eval.json (the evaluation). A rerun reuses
+finished runs, refuses one made with other settings, and restarts unfinished ones from scratch; runs go seed by
+seed, so a study cut short still has whole seeds for every cell.
+
+Evaluation of every final model (ckpt.pt) on the whole eval_split (test; val for a study that makes a choice), at
+each length L in eval_multipliers:
   nonoverlapping  the split cut into consecutive windows of L tokens; every token scored once, with the tokens
                   before it in its window as context (the protocol of Press et al.)
   sliding         the same windows, but no token sees more than sliding_window tokens (itself included): the
                   windows are scored in pieces of sliding_window tokens that advance by sliding_stride
-The results (results.md, .csv, .json and the plots) go to <study_dir>.
+The results (results.md, .csv, .json and the plots) go to <study_dir>, in nats per token and bits per byte.
 """
 
 import itertools
@@ -194,7 +202,7 @@ def cell_label(cell: dict[str, object]) -> str:
     encoding = str(cell.get("pos_encoding", ""))
     parts = [encoding] if encoding else []
     for name, value in cell.items():
-        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        shown = (f"{value:.1f}" if value.is_integer() else f"{value:g}") if isinstance(value, float) else str(value)
         if name == "pos_encoding":
             continue
         if name in LABEL_WORDS:
