@@ -351,9 +351,24 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     return {**study, **report(study_dir, plan, records, study, ablate), "interrupted": 0}
 
 
+def with_history(plan: list[dict], records: list[dict]) -> list[dict]:
+    """The records with each branch's val-estimate curve preceded by those of the runs it continues (a wsd
+    branch's own curve starts where its constant-rate segment ended)."""
+    by_dir = {run["dir"]: record for run, record in zip(plan, records, strict=True)}
+    full = []
+    for run, record in zip(plan, records, strict=True):
+        evals, start = list(record["evals"]), run["start_from"]
+        while start is not None:
+            earlier = by_dir[start]["evals"]
+            evals = [e for e in earlier if e["iter"] < evals[0]["iter"]] + evals
+            start = next(r["start_from"] for r in plan if r["dir"] == start)
+        full.append({**record, "evals": evals})
+    return full
+
+
 def report(study_dir: Path, plan: list[dict], records: list[dict], study: dict, ablate: AblateConfig) -> dict:
     """Tables, comparisons and plots of the evaluated runs: the main ones at the headline budget."""
-    evaluated = [r for r in records if "eval" in r]
+    evaluated = [r for r in with_history(plan, records) if "eval" in r]
     headline = [r for r in evaluated if r["budget"] == study["headline_budget"]]
     cells = list(dict.fromkeys(r["variant"] for r in headline))
     rows = summarize(headline, study["lengths"], ablate.protocols, study["labels"])

@@ -197,6 +197,8 @@ def test_wsd_branch_is_the_run_trained_from_scratch(tmp_path, data_dir):
     assert sorted(rates) == list(range(7, 13))  # the branch trains steps 6..11 (logged after each)
     for it, lr in rates.items():
         assert lr == pytest.approx(1e-3 + (1e-2 - 1e-3) * (1 - (it - 1 - 6) / 6), rel=1e-12)
+    curve = ablate.with_history(plan, result["runs"])[-1]["evals"]  # the branch's curve, from step 0
+    assert [e["iter"] for e in curve] == [0, 4, 6, 8, 12]
     budgets = result["budgets"]["by_budget"]
     assert sorted(budgets) == [8, 12] and (tmp_path / "study" / "budgets.png").is_file()
     assert budgets[12]["rows"][0]["tokens_seen"] == 12 * 4 * BLOCK
