@@ -251,7 +251,18 @@ def budget_table(budgets: dict, study: dict) -> list[str]:
                     f" {gap['verdict']}" if "verdict" in gap else "")
             cells.append(text)
         table.append(cells)
-    return lines + markdown_table(columns, table)
+    return lines + markdown_table(columns, table) + ["", last_budgets_change(budgets, study)]
+
+
+def last_budgets_change(budgets: dict, study: dict) -> str:
+    """How much each cell's mean loss still moved between the two largest budgets: whether the ranking was read
+    where training had stopped improving."""
+    (low, before), (high, after) = list(budgets["by_budget"].items())[-2:]
+    key = f"nonoverlapping {study['block_size']}"
+    means = [{row["variant"]: row["loss"][key][0] for row in entry["rows"]} for entry in (before, after)]
+    changes = [f"{study['labels'].get(cell, cell)} {(means[1][cell] - means[0][cell]) / means[0][cell]:+.2%}"
+               for cell in means[1] if cell in means[0]]
+    return f"Change of the mean loss from {low} to {high} steps: {', '.join(changes)}."
 
 
 def learning_rate_table(sweep: dict, rows: list[dict], study: dict, common: float) -> list[str]:

@@ -202,6 +202,9 @@ def test_wsd_branch_is_the_run_trained_from_scratch(tmp_path, data_dir):
     budgets = result["budgets"]["by_budget"]
     assert sorted(budgets) == [8, 12] and (tmp_path / "study" / "budgets.png").is_file()
     assert budgets[12]["rows"][0]["tokens_seen"] == 12 * 4 * BLOCK
+    means = [budgets[b]["rows"][0]["loss"][f"nonoverlapping {BLOCK}"][0] for b in (8, 12)]
+    text = (tmp_path / "study" / "results.md").read_text()
+    assert f"Change of the mean loss from 8 to 12 steps: rope {(means[1] - means[0]) / means[0]:+.2%}." in text
 
 
 def test_cosine_budgets_are_separate_whole_schedules(tmp_path, data_dir):
