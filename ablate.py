@@ -46,7 +46,7 @@ from checkpoint import load_checkpoint
 from dataset import load_split, resolve_data_dir
 from errors import OptionError, main_guard
 from model import GPT, POS_ENCODINGS, GPTConfig
-from options import _convert, parse_options
+from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, sliding_geometry
 from study_report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
@@ -155,7 +155,7 @@ def parse_setting(text: str) -> tuple[str, object]:
     if name not in known:
         raise OptionError(f"cell setting {text!r}: {name!r} is not a GPTConfig/TrainConfig field (or is set per "
                           f"run: {', '.join(PER_RUN)}); see python train.py --help")
-    return name, _convert(name, value, known[name][1])
+    return name, convert_value(name, value, known[name][1])
 
 
 def parse_cell(variant: str) -> dict[str, object]:

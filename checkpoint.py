@@ -1,9 +1,13 @@
 """One checkpoint format: a dict of tensors and plain values, written atomically, loaded without pickled code.
 
 A checkpoint holds `model_args` (GPTConfig fields), `model` (state dict), `tokenizer` (the data's description,
-so sampling needs no extra flag) and, for resuming, `optimizer`, `config`, `iter_num`, `best_val_loss` and `rng`.
-A file that is not such a checkpoint (damaged, truncated, holding code, or settings that do not fit its
-weights) is a UserError naming the file, found before the model is allocated.
+so sampling needs no extra flag) and, for resuming (ckpt.pt; best.pt holds BEST_KEYS only), `optimizer`,
+`config`, `iter_num`, `best_val_loss` and `rng`. Weights and optimizer state are full state dicts as one process
+has them, whatever wrote them (one process, DDP or FSDP), so any of them resumes any other's. A file that is not
+such a checkpoint (damaged, truncated, holding code, or settings that do not fit its weights) is a UserError
+naming the file, found before the model is allocated. This module is the one that knows what the keys hold:
+checkpoint_dict writes them, load_checkpoint/model_from_checkpoint read the model, load_for_resume and restore
+the rest.
 """
 
 import dataclasses
@@ -17,9 +21,11 @@ import torch
 from errors import UserError
 from files import atomic_files
 from model import GPT, GPT2_NAMES, GPTConfig
-from tokenizer import check_description
+from parallel import full_model_state, full_optimizer_state, load_optimizer_state
+from tokenizer import check_description, tokenizer_difference
 
-RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")
+BEST_KEYS = ("model_args", "model", "tokenizer", "iter_num", "best_val_loss")  # what best.pt holds of ckpt.pt
+RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")  # what resuming needs beyond BEST_KEYS
 
 
 def check_init_from(init_from: str, modes: tuple[str, ...]) -> None:
@@ -131,3 +137,66 @@ def load_pretrained(name_or_dir: str, dropout: float = 0.0) -> GPT:
     except (OSError, ValueError, KeyError, ImportError, RuntimeError) as e:  # missing, damaged or offline
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"could not load GPT-2 weights from {name_or_dir!r}: {message}") from None
+
+
+def random_state(batch_generator: torch.Generator, device: torch.device) -> dict:
+    """The random streams a resumed run continues: torch's (dropout), the batch sampler's, and the GPU's."""
+    rng = {"torch": torch.get_rng_state(), "batches": batch_generator.get_state()}
+    if device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(device)
+    return rng
+
+
+def checkpoint_dict(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, model_config: GPTConfig,
+                    config: object, tokenizer: dict, iter_num: int, best_val_loss: float, rng: dict) -> dict:
+    """What ckpt.pt holds (best.pt: best_subset of it). config is the training's settings dataclass, rng
+    random_state(). Under FSDP every rank must call this (it gathers the shards); rank 0 receives the weights."""
+    return {"model_args": dataclasses.asdict(model_config), "model": full_model_state(model), "tokenizer": tokenizer,
+            "iter_num": iter_num, "best_val_loss": best_val_loss, "optimizer": full_optimizer_state(model, optimizer),
+            "config": dataclasses.asdict(config), "rng": rng}
+
+
+def best_subset(state: dict) -> dict:
+    """best.pt's part of a checkpoint_dict: the weights and what describes them, without the optimizer."""
+    return {key: state[key] for key in BEST_KEYS}
+
+
+def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_description: dict, dataset: str,
+                    explicit: frozenset[str]) -> tuple[GPT, dict]:
+    """The model in the checkpoint at path and the checkpoint, after checking that it can continue as asked:
+    it holds the training state, was trained on the token ids of data_description, and no model shape among the
+    settings the user gave (explicit) differs from its own. dropout is taken from model_config, as nanoGPT does."""
+    path = Path(path)
+    state = load_checkpoint(path)
+    missing = [key for key in RESUME_KEYS if key not in state]
+    if missing:
+        raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (weights only, like best.pt)")
+    difference = tokenizer_difference(state["tokenizer"], data_description)
+    if difference:
+        raise UserError(f"{path} was trained on other token ids than dataset={dataset!r} holds: "
+                        f"{difference}; resume on the run's own dataset, or start a new run")
+    model = model_from_checkpoint(state, path, dropout=model_config.dropout)
+    shape_settings = {f.name for f in dataclasses.fields(GPTConfig)} - {"dropout"}
+    clashes = [f"{name}={getattr(model_config, name)!r} (the checkpoint has {getattr(model.config, name)!r})"
+               for name in sorted(explicit & shape_settings)
+               if getattr(model_config, name) != getattr(model.config, name)]
+    if clashes:
+        raise UserError(f"a resumed model keeps its shape, but {', '.join(clashes)} was given; drop it to resume, "
+                        "or start a new run in another --out_dir")
+    return model, state
+
+
+def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            batch_generator: torch.Generator, device: torch.device, path: str | os.PathLike) -> tuple[int, float]:
+    """Continue where the checkpoint stopped: load the optimizer moments (into a plain or a sharded optimizer)
+    and both random streams; returns the step and the best val loss to go on from."""
+    try:
+        load_optimizer_state(model, optimizer, state["optimizer"])
+        torch.set_rng_state(state["rng"]["torch"])
+        batch_generator.set_state(state["rng"]["batches"])
+        if device.type == "cuda" and "cuda" in state["rng"]:
+            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), device)
+        return int(state["iter_num"]), float(state["best_val_loss"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:  # only the file's content can cause these here
+        raise UserError(f"{path}: the optimizer or random state does not fit the model ({type(e).__name__}: "
+                        f"{str(e)[:200]})") from None

@@ -59,7 +59,7 @@ def _unknown(name: str, known: typing.Iterable[str], where: str) -> OptionError:
     return OptionError(f"unknown option {name!r} {where}{hint}")
 
 
-def _convert(name: str, value: object, hint: object) -> object:
+def convert_value(name: str, value: object, hint: object) -> object:
     """Check or convert a value (a Python object from a config file, or str from the command line)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -67,7 +67,7 @@ def _convert(name: str, value: object, hint: object) -> object:
             return None
         for arg in (a for a in args if a is not type(None)):
             try:
-                return _convert(name, value, arg)
+                return convert_value(name, value, arg)
             except OptionError:
                 pass
         raise OptionError(f"--{name}={value!r}: expected {hint}")
@@ -76,7 +76,7 @@ def _convert(name: str, value: object, hint: object) -> object:
             value = ast.literal_eval(value) if value.startswith("[") else [v for v in value.split(",") if v]
         if not isinstance(value, (list, tuple)):
             raise OptionError(f"--{name}={value!r}: expected a list like a,b,c")
-        return [_convert(name, v, args[0]) for v in value]
+        return [convert_value(name, v, args[0]) for v in value]
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -185,7 +185,7 @@ def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, 
             for name, value in read_config_file(arg).items():
                 if name not in fields:
                     raise _unknown(name, fields, f"in config file {arg}")
-                chosen[name] = _convert(name, value, hints[name])
+                chosen[name] = convert_value(name, value, hints[name])
             continue
         name, has_value, value = arg[2:].partition("=")
         if name not in fields:
@@ -198,7 +198,7 @@ def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, 
                 value = args.pop(0)
             else:
                 raise OptionError(f"--{name} needs a value: --{name}=VALUE")
-        chosen[name] = _convert(name, value, hints[name])
+        chosen[name] = convert_value(name, value, hints[name])
     return chosen
 
 
@@ -208,6 +208,12 @@ def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, descri
 
     skip names fields that the command line may not set (they are derived elsewhere).
     """
+    return parse_options_and_choices(argv, sections, prog, description, skip)[0]
+
+
+def parse_options_and_choices(argv: list[str], sections: tuple[type, ...], prog: str, description: str,
+                              skip: tuple[str, ...] = ()) -> tuple[tuple, dict[str, object]]:
+    """parse_options, and the values that argv set by field name (chosen_values), from one reading of argv."""
     if any(arg in ("-h", "--help") for arg in argv):
         print(format_help(prog, description, sections, skip))
         sys.exit(0)
@@ -219,4 +225,4 @@ def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, descri
             instances.append(section(**kwargs))
         except ValueError as e:
             raise OptionError(str(e)) from None
-    return tuple(instances)
+    return tuple(instances), chosen

@@ -15,21 +15,40 @@ import weakref
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
+
+from errors import UserError
+
+FSDP_TORCH = "2.6"  # fully_shard and its policy are public in torch.distributed.fsdp from this release on
+try:  # only --parallel=fsdp needs these: on an older torch the rest of the repository runs without them
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+except ImportError:
+    FSDPModule = None
 
 PARALLELS = ("ddp", "fsdp")
 # Gathered whole, one tensor at a time, onto the CPU of rank 0 (the other ranks get empty dicts).
-FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
+FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True) if FSDPModule is not None else None
 # The device meshes shard_model made, for end_processes (weak: the meshes live as long as torch keeps them).
 MESHES = weakref.WeakSet()
+
+
+def check_sharding(parallel: str, world_size: int, dtype: torch.dtype) -> None:
+    """Refuse, before the model is built, an FSDP run that this torch or this dtype cannot do."""
+    if world_size == 1 or parallel != "fsdp":
+        return
+    if FSDPModule is None:
+        raise UserError(f"parallel='fsdp' needs torch {FSDP_TORCH} or newer (torch.distributed.fsdp.fully_shard), "
+                        f"but this is torch {torch.__version__}; upgrade torch, or use --parallel=ddp")
+    if dtype == torch.float16:
+        raise UserError("parallel='fsdp' trains in float32 or bfloat16, not float16 (its gradient scaler does not "
+                        "know shards); use --dtype=bfloat16, or --parallel=ddp")
 
 
 def shard_model(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
@@ -66,17 +85,21 @@ def end_processes() -> None:
     with the GIL held, joins that thread) or aborts the process at exit ("terminate called without an active
     exception": Python ends a thread that asks for the GIL during shutdown, here inside a C++ destructor).
     Freeing the holders (gc.collect(): FSDP's modules live in reference cycles) and emptying the meshes' group
-    registries (a private field, where this torch has it) lets destroy_process_group() drop the group's last
-    reference, whose destructor releases the GIL while it joins the threads.
+    registries lets destroy_process_group() drop the group's last reference, whose destructor releases the GIL
+    while it joins the threads.
     """
     gc.collect()
+    # DeviceMesh._pg_registry is private, and no public call releases a mesh's groups (torch 2.13: DeviceMesh has
+    # no close(); DeviceMesh.from_group registers the group it is given the same way; fully_shard without a mesh
+    # makes one we could not reach). So it stays, behind getattr: a torch without the field has nothing to clear.
     for mesh in MESHES:
         getattr(mesh, "_pg_registry", {}).clear()
     dist.destroy_process_group()
 
 
 def is_sharded(model: nn.Module) -> bool:
-    return isinstance(getattr(model, "_orig_mod", model), FSDPModule)  # _orig_mod: under torch.compile
+    """Whether FSDP sharded the model (seen through torch.compile's wrapper, _orig_mod)."""
+    return FSDPModule is not None and isinstance(getattr(model, "_orig_mod", model), FSDPModule)
 
 
 def gradient_sync(model: nn.Module, sync: bool):
@@ -124,3 +147,21 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sta
                "param_groups": [{**group, "params": [ordered[i] for i in group["params"]]}
                                 for group in state["param_groups"]]}
     set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
+
+
+def max_over_processes(values: list[float], world_size: int, device: torch.device) -> list[float]:
+    """Each value's maximum over all processes (a flag set anywhere is set everywhere)."""
+    if world_size == 1:
+        return values
+    tensor = torch.tensor([float(v) for v in values], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()
+
+
+def mean_over_processes(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
+    """tensor averaged over all processes, in place. A sum then a division, which is all ReduceOp.AVG does: gloo
+    (CPU processes) has AVG only since 2025 (pytorch/pytorch#149781), torch releases well above the floor."""
+    if world_size > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        tensor /= world_size
+    return tensor

@@ -6,15 +6,17 @@ A run lives in out_dir; a new run there needs --overwrite=True, continuing it --
 Ctrl-C or SIGTERM saves at the end of the step and exits with 130 or 143.
 """
 
+# Read top to bottom: the config, building a run (model, data, optimizer, compilation, processes), one step and
+# the evaluation that saves, then the loop; the command line last. What a checkpoint holds is checkpoint.py's,
+# what the run folder holds (lock, metrics.jsonl, wandb, signals) run_dir.py's.
+
 import contextlib
-import json
 import math
 import os
 import signal
 import sys
-import threading
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -22,36 +24,38 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from checkpoint import (
-    RESUME_KEYS,
     all_finite,
+    best_subset,
     check_init_from,
-    load_checkpoint,
+    checkpoint_dict,
+    load_for_resume,
     load_pretrained,
-    model_from_checkpoint,
+    random_state,
+    restore,
     save_checkpoint,
 )
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from errors import UserError, main_guard
-from files import lock_folder, remove_stale_temps
 from memory import parameter_counts, training_state_bytes
 from model import GPT, GPTConfig
-from options import chosen_values, parse_options
+from options import parse_options_and_choices
 from parallel import (
     PARALLELS,
+    check_sharding,
     end_processes,
-    full_model_state,
-    full_optimizer_state,
     gradient_sync,
     is_sharded,
-    load_optimizer_state,
+    max_over_processes,
+    mean_over_processes,
     shard_model,
     wrap_for_training,
 )
+from run_dir import MetricsLog, StopRequest, claim_out_dir, start_wandb
 from schedule import check_schedule, get_lr
-from tokenizer import read_description, tokenizer_difference
+from tokenizer import read_description
 
-RUN_FILES = ("ckpt.pt", "best.pt", "metrics.jsonl")  # what a run leaves in out_dir
+# ---- the config ---------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -121,6 +125,9 @@ class Diverged(UserError, FloatingPointError):
     """The loss or the weights went NaN or inf: a learning rate too high, usually. Nothing bad was saved."""
 
 
+# ---- building a run -----------------------------------------------------------------------------------------------
+
+
 def init_distributed(config: TrainConfig) -> tuple[int, int, torch.device]:
     """(rank, world_size, device). Under torchrun each process takes its own GPU; otherwise rank 0 of 1."""
     device = choose_device(config.device)
@@ -156,28 +163,6 @@ def check_model_fits(model_config: GPTConfig, device: torch.device, shards: int 
                         f" GB to train, but {device} has {available / 1e9:,.1f} GB; choose a smaller model")
 
 
-def resumed_model(config: TrainConfig, model_config: GPTConfig, data_description: dict,
-                  explicit: frozenset[str]) -> tuple[GPT, dict]:
-    """The model in out_dir/ckpt.pt and its checkpoint, after checking that it can continue as asked."""
-    path = Path(config.out_dir) / "ckpt.pt"
-    state = load_checkpoint(path)
-    missing = [key for key in RESUME_KEYS if key not in state]
-    if missing:
-        raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (weights only, like best.pt)")
-    difference = tokenizer_difference(state["tokenizer"], data_description)
-    if difference:
-        raise UserError(f"{path} was trained on other token ids than dataset={config.dataset!r} holds: "
-                        f"{difference}; resume on the run's own dataset, or start a new run")
-    model = model_from_checkpoint(state, path, dropout=model_config.dropout)  # dropout: nanoGPT's resume takes it
-    clashes = [f"{name}={getattr(model_config, name)!r} (the checkpoint has {getattr(model.config, name)!r})"
-               for name in sorted(explicit) if name != "dropout" and name in {f.name for f in fields(GPTConfig)}
-               and getattr(model_config, name) != getattr(model.config, name)]
-    if clashes:
-        raise UserError(f"a resumed model keeps its shape, but {', '.join(clashes)} was given; drop it to resume, "
-                        "or start a new run in another --out_dir")
-    return model, state
-
-
 def build_model(config: TrainConfig, model_config: GPTConfig, data_description: dict,
                 explicit: frozenset[str] = frozenset()) -> tuple[GPT, dict | None]:
     """The model to train, and the checkpoint it resumes from (None unless init_from=resume).
@@ -186,7 +171,8 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
     checkpoint's is an error, not silently replaced by the checkpoint's.
     """
     if config.init_from == "resume":
-        return resumed_model(config, model_config, data_description, explicit)
+        return load_for_resume(Path(config.out_dir) / "ckpt.pt", model_config, data_description, config.dataset,
+                               explicit)
     if config.init_from == "scratch":
         model_config = replace(model_config, vocab_size=model_vocab_size(data_description))
         shards = int(os.environ.get("WORLD_SIZE", "1")) if config.parallel == "fsdp" else 1
@@ -202,50 +188,6 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
     if model_config.block_size < model.config.block_size:
         model.crop_block_size(model_config.block_size)
     return model, None
-
-
-@torch.no_grad()
-def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, block_size: int, device: torch.device,
-                  dtype: torch.dtype, vocab_size: int | None = None) -> dict[str, float]:
-    """Mean loss over eval_iters batches of each split; the same batches every call, so estimates compare."""
-    model.eval()
-    losses = {}
-    for split, data in splits.items():
-        generator = torch.Generator().manual_seed(config.seed)
-        total = 0.0
-        for _ in range(config.eval_iters):
-            offsets = sample_offsets(len(data), block_size, config.batch_size, generator)
-            x, y = get_batch(data, offsets, block_size, device, vocab_size)
-            with autocast_context(device, dtype):
-                total += model(x, y)[1].item()
-        losses[split] = total / config.eval_iters
-    model.train()
-    return losses
-
-
-class StopRequest:
-    """Turns the first Ctrl-C or SIGTERM into a request to save and stop at the end of the step; a second one
-    aborts at once (KeyboardInterrupt). `signal` is the number of the first, or 0."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.signal = 0
-        self.previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {number: signal.signal(number, self.handle) for number in self.SIGNALS}
-        return self
-
-    def handle(self, signum, frame):
-        if self.signal:
-            raise KeyboardInterrupt
-        self.signal = signum
-
-    def __exit__(self, *exc):
-        for number, handler in self.previous.items():
-            signal.signal(number, handler)
 
 
 @dataclass
@@ -268,7 +210,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     batch_generator: torch.Generator
-    log: "MetricsLog"
+    log: MetricsLog
     iter_num: int = 0
     best_val_loss: float = math.inf
 
@@ -294,64 +236,6 @@ class Run:
         return self.config.gradient_accumulation_steps * self.config.batch_size * self.block_size
 
 
-class MetricsLog:
-    """metrics.jsonl (rank 0, unless eval_only) and wandb. A new run's first record replaces an old log, so a
-    start-up failure (wandb, a bad option) leaves the old one whole; a resumed run appends."""
-
-    def __init__(self, path: Path | None, append: bool, wandb_run=None):
-        self.path, self.mode, self.wandb_run = path, "a" if append else "w", wandb_run
-
-    def write(self, record: dict) -> None:
-        if self.path is not None:
-            try:
-                with self.path.open(self.mode) as file:
-                    file.write(json.dumps(record) + "\n")
-            except OSError as e:  # a full disk: stop with the checkpoints as they are
-                raise UserError(f"could not write {self.path}: {e.strerror or e}") from None
-            self.mode = "a"
-        if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in record.items() if k != "iter"}, step=record["iter"])
-
-    def finish(self) -> None:
-        if self.wandb_run is not None:
-            self.wandb_run.finish()
-
-
-def claim_out_dir(config: TrainConfig, master: bool, stack: contextlib.ExitStack) -> None:
-    """Make out_dir this training's: lock it (released when stack closes), refuse to start a new run over an
-    old one without --overwrite=True, and remove what a killed save left. eval_only claims nothing."""
-    out_dir = Path(config.out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"out_dir={config.out_dir!r} is a file, not a folder; choose another --out_dir")
-    if config.eval_only or not master:
-        return
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create out_dir={config.out_dir!r}: {e.strerror}") from None
-    lock_folder(out_dir, stack)
-    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
-    if existing and config.init_from != "resume" and not config.overwrite:
-        raise UserError(f"out_dir={config.out_dir!r} already holds a run ({', '.join(existing)}); continue it with "
-                        "--init_from=resume, replace it with --overwrite=True, or choose another --out_dir")
-    for stale in remove_stale_temps(out_dir, ("ckpt.pt", "best.pt")):
-        print(f"removed {stale}, left by an interrupted save")
-
-
-def restore(run: Run, state: dict, path: Path) -> None:
-    """Continue where the checkpoint stopped: optimizer moments, step, best loss and both random streams."""
-    try:
-        load_optimizer_state(run.model, run.optimizer, state["optimizer"])
-        torch.set_rng_state(state["rng"]["torch"])
-        run.batch_generator.set_state(state["rng"]["batches"])
-        if run.device.type == "cuda" and "cuda" in state["rng"]:
-            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), run.device)
-        run.iter_num, run.best_val_loss = int(state["iter_num"]), float(state["best_val_loss"])
-    except (ValueError, KeyError, TypeError, RuntimeError) as e:  # only the file's content can cause these here
-        raise UserError(f"{path}: the optimizer or random state does not fit the model ({type(e).__name__}: "
-                        f"{str(e)[:200]})") from None
-
-
 def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: int, device: torch.device,
            data_dir: Path, data_description: dict, explicit: frozenset[str]) -> Run:
     """Data, model (new, pretrained or resumed), optimizer, compilation, DDP and the metrics log."""
@@ -359,21 +243,18 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         raise UserError(f"gradient_accumulation_steps={config.gradient_accumulation_steps} must be a multiple of "
                         f"the number of processes ({world_size})")
     dtype = choose_dtype(config.dtype, device)
+    check_sharding(config.parallel, world_size, dtype)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
     model.activation_checkpointing = config.activation_checkpointing
-    model_config = model.config
-    splits = {split: load_split(data_dir, split, model_config.block_size) for split in ("train", "val")}
-    if model_config.vocab_size < data_description["vocab_size"]:
-        raise UserError(f"vocab_size={model_config.vocab_size} is smaller than the data's vocabulary "
+    splits = {split: load_split(data_dir, split, model.config.block_size) for split in ("train", "val")}
+    if model.config.vocab_size < data_description["vocab_size"]:
+        raise UserError(f"vocab_size={model.config.vocab_size} is smaller than the data's vocabulary "
                         f"({data_description['vocab_size']})")
     if world_size > 1 and config.parallel == "fsdp":
-        if dtype == torch.float16:
-            raise UserError("parallel='fsdp' trains in float32 or bfloat16, not float16 (its gradient scaler does not "
-                            "know shards); use --dtype=bfloat16, or --parallel=ddp")
         shard_model(model, device, dtype)  # moves the model to the device group by group, keeping only the shards
     else:
         model.to(device)
@@ -382,53 +263,63 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
                                            device.type)
     compiled = torch.compile(model) if config.compile else model
     wrapped = wrap_for_training(compiled, config.parallel, world_size, device)
-    run = Run(config, model_config, data_description, splits, device, dtype, rank, world_size, model, compiled,
+    run = Run(config, model.config, data_description, splits, device, dtype, rank, world_size, model, compiled,
               wrapped, optimizer, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
               torch.Generator().manual_seed(config.seed), MetricsLog(None, True))
     if resumed is not None:
-        restore(run, resumed, Path(config.out_dir) / "ckpt.pt")
+        run.iter_num, run.best_val_loss = restore(resumed, model, optimizer, run.batch_generator, device,
+                                                  run.out_dir / "ckpt.pt")
     if run.master:
-        run.log = MetricsLog(None if config.eval_only else run.out_dir / "metrics.jsonl",
-                             append=config.init_from == "resume", wandb_run=start_wandb(run))
-        print(f"{model.get_num_params():,} parameters, pos_encoding={model_config.pos_encoding}, device={device}, "
+        run.log = open_metrics_log(run)
+        print(f"{model.get_num_params():,} parameters, pos_encoding={model.config.pos_encoding}, device={device}, "
               f"dtype={str(dtype).removeprefix('torch.')}, {world_size} process(es), "
               f"{run.tokens_per_iter:,} tokens/iter")
     return run
 
 
-def start_wandb(run: Run):
-    if not run.config.wandb_log:
-        return None
-    import wandb
-
-    run.out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        return wandb.init(project=run.config.wandb_project, name=run.config.wandb_run_name,
-                          mode=run.config.wandb_mode, dir=str(run.out_dir),
-                          config={**asdict(run.config), **asdict(run.model_config)})
-    except Exception as e:  # wandb reports a missing login or network in many types of its own
-        message = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise UserError(f"wandb could not start ({type(e).__name__}: {message}); run `wandb login`, or use "
-                        "--wandb_mode=offline (no login needed) or --wandb_log=False") from None
+def open_metrics_log(run: Run) -> MetricsLog:
+    """Rank 0's log: metrics.jsonl (none for eval_only; appended to on resume) and wandb if asked."""
+    config = run.config
+    wandb_run = None
+    if config.wandb_log:
+        wandb_run = start_wandb(config.out_dir, config.wandb_project, config.wandb_run_name, config.wandb_mode,
+                                {**asdict(config), **asdict(run.model_config)})
+    return MetricsLog(None if config.eval_only else run.out_dir / "metrics.jsonl",
+                      append=config.init_from == "resume", wandb_run=wandb_run)
 
 
-BEST_KEYS = ("model_args", "model", "tokenizer", "iter_num", "best_val_loss")  # what best.pt holds of ckpt.pt
+# ---- one step, and the evaluation that saves ----------------------------------------------------------------------
 
 
-def checkpoint_dict(run: Run) -> dict:
-    """What ckpt.pt holds, best.pt its BEST_KEYS (the weights): full state dicts, as one process has them. Under
-    FSDP every rank must call this; rank 0 receives the weights."""
-    rng = {"torch": torch.get_rng_state(), "batches": run.batch_generator.get_state()}
-    if run.device.type == "cuda":
-        rng["cuda"] = torch.cuda.get_rng_state(run.device)
-    return {"model_args": asdict(run.model_config), "model": full_model_state(run.model),
-            "tokenizer": run.data_description, "iter_num": run.iter_num, "best_val_loss": run.best_val_loss,
-            "optimizer": full_optimizer_state(run.model, run.optimizer), "config": asdict(run.config), "rng": rng}
+def run_checkpoint(run: Run) -> dict:
+    """checkpoint.checkpoint_dict of the run as it stands; under FSDP every rank must call it."""
+    return checkpoint_dict(run.model, run.optimizer, model_config=run.model_config, config=run.config,
+                           tokenizer=run.data_description, iter_num=run.iter_num, best_val_loss=run.best_val_loss,
+                           rng=random_state(run.batch_generator, run.device))
+
+
+@torch.no_grad()
+def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, block_size: int, device: torch.device,
+                  dtype: torch.dtype, vocab_size: int | None = None) -> dict[str, float]:
+    """Mean loss over eval_iters batches of each split; the same batches every call, so estimates compare."""
+    model.eval()
+    losses = {}
+    for split, data in splits.items():
+        generator = torch.Generator().manual_seed(config.seed)
+        total = 0.0
+        for _ in range(config.eval_iters):
+            offsets = sample_offsets(len(data), block_size, config.batch_size, generator)
+            x, y = get_batch(data, offsets, block_size, device, vocab_size)
+            with autocast_context(device, dtype):
+                total += model(x, y)[1].item()
+        losses[split] = total / config.eval_iters
+    model.train()
+    return losses
 
 
 def save_latest(run: Run, state: dict | None = None) -> None:
-    """Write ckpt.pt from state (default: checkpoint_dict(run)), unless its weights have diverged."""
-    state = checkpoint_dict(run) if state is None else state
+    """Write ckpt.pt from state (default: run_checkpoint(run)), unless its weights have diverged."""
+    state = run_checkpoint(run) if state is None else state
     if not run.master:
         return
     if not all_finite(state["model"].values()):
@@ -455,9 +346,9 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
     if improved:
         run.best_val_loss = losses["val"]
     if improved or last or run.config.always_save_checkpoint:
-        state = checkpoint_dict(run)  # gathered once (under FSDP, from every rank) for both files
+        state = run_checkpoint(run)  # gathered once (under FSDP, from every rank) for both files
         if improved and run.master:
-            save_checkpoint({key: state[key] for key in BEST_KEYS}, run.out_dir / "best.pt")
+            save_checkpoint(best_subset(state), run.out_dir / "best.pt")
         save_latest(run, state)
     return record
 
@@ -489,6 +380,9 @@ def train_step(run: Run, lr: float) -> torch.Tensor:
     return total
 
 
+# ---- the loop -----------------------------------------------------------------------------------------------------
+
+
 def train(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str] = frozenset()) -> dict:
     """Train as configured; returns the losses, timings and the trained model (rank 0 has the full picture; under
     FSDP no model: its shards cannot run once the processes have ended).
@@ -510,7 +404,8 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
     with contextlib.ExitStack() as stack:
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
-        claim_out_dir(config, rank == 0, stack)
+        claim_out_dir(config.out_dir, stack, resume=config.init_from == "resume", overwrite=config.overwrite,
+                      claim=rank == 0 and not config.eval_only)
         run = set_up(config, model_config, rank, world_size, device, data_dir, data_description, explicit)
         try:
             return train_loop(run)
@@ -567,9 +462,7 @@ def train_loop(run: Run) -> dict:
 
 def mean_train_loss(run: Run, window: dict) -> float:
     """The mean training loss of the steps since the last log line, over every process; NaN stops the run."""
-    if run.world_size > 1:
-        dist.all_reduce(window["loss"], op=dist.ReduceOp.AVG)
-    train_loss = window["loss"].item() / window["steps"]
+    train_loss = mean_over_processes(window["loss"], run.world_size).item() / window["steps"]
     if not math.isfinite(train_loss):
         raise Diverged(f"train loss is {train_loss} at iteration {run.iter_num}; stopping. The last good checkpoint "
                        f"is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
@@ -585,20 +478,13 @@ def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -
     window["steps"], window["seconds"] = 0, 0.0
 
 
-def max_over_processes(values: list[float], world_size: int, device: torch.device) -> list[float]:
-    """Each value's maximum over all processes (a flag set anywhere is set everywhere)."""
-    if world_size == 1:
-        return values
-    tensor = torch.tensor([float(v) for v in values], device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return tensor.tolist()
+# ---- the command line ---------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str]) -> None:
-    sections = (TrainConfig, GPTConfig)
-    train_config, model_config = parse_options(argv, sections, prog="train.py", description=__doc__,
-                                               skip=("vocab_size",))
-    result = train(train_config, model_config, frozenset(chosen_values(argv, sections, ("vocab_size",))))
+    (train_config, model_config), chosen = parse_options_and_choices(
+        argv, (TrainConfig, GPTConfig), prog="train.py", description=__doc__, skip=("vocab_size",))
+    result = train(train_config, model_config, frozenset(chosen))
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
     if int(os.environ.get("RANK", "0")) == 0:

@@ -1,12 +1,18 @@
-"""checkpoint.py: atomic save, weights-only load, and rebuilding the model from a checkpoint."""
+"""checkpoint.py: atomic save, weights-only load, rebuilding the model from a checkpoint, and checkpoints that
+earlier code wrote: they load with the logits they gave, and resume as that code resumed them."""
 
+import shutil
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
 import checkpoint
-from checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+from checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint, save_checkpoint
 from errors import UserError
 from model import GPT, GPTConfig
+from train import TrainConfig, train
 
 
 def tiny_model(seed: int = 0) -> GPT:
@@ -126,3 +132,49 @@ def test_checkpoint_from_before_the_position_settings_loads_with_their_old_value
     idx = torch.randint(0, 37, (1, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.equal(rebuilt(idx)[0], model(idx)[0])
+
+
+# ---- checkpoints written by earlier code (tests/fixtures/checkpoints_03c7507/make.py made them) ---------------
+
+OLD = Path(__file__).resolve().parent / "fixtures" / "checkpoints_03c7507"
+
+
+@pytest.mark.parametrize("encoding", ["learned", "rope", "alibi"])
+def test_a_checkpoint_from_commit_03c7507_loads_with_its_logits(encoding):
+    expected = torch.load(OLD / encoding / "expected.pt", weights_only=True)
+    model, state = read_checkpoint(OLD / encoding / "ckpt.pt")
+    assert sorted(state["model"]) == sorted(model.state_dict())  # the state-dict keys have not moved
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(expected["tokens"], expected["tokens"])[0], expected["logits"],
+                                   atol=1e-6, rtol=0)
+    assert model.config.pos_encoding == encoding
+
+
+def test_a_best_pt_from_commit_03c7507_loads_with_the_resumed_logits():
+    """best.pt (the weights only) of the rope run, saved at step 4 of the resumed run, where val loss fell."""
+    expected = torch.load(OLD / "rope" / "expected.pt", weights_only=True)
+    model, state = read_checkpoint(OLD / "rope" / "best.pt")
+    assert state["iter_num"] == 4 and "optimizer" not in state
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(expected["tokens"], expected["tokens"])[0],
+                                   expected["resumed_logits"], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("encoding", ["learned", "rope", "alibi"])
+def test_a_checkpoint_from_commit_03c7507_resumes_as_that_code_resumed_it(tmp_path, encoding):
+    """Resumed to step 4 (dropout on: the saved random streams matter), today's code gives the train losses
+    and the final logits that the code of 03c7507 gave resuming the same file."""
+    expected = torch.load(OLD / encoding / "expected.pt", weights_only=True)
+    shutil.copytree(OLD / "data", tmp_path / "data")
+    (tmp_path / "run").mkdir()
+    shutil.copy(OLD / encoding / "ckpt.pt", tmp_path / "run" / "ckpt.pt")
+    result = train(TrainConfig(**expected["train_settings"], out_dir=str(tmp_path / "run"),
+                               dataset=str(tmp_path / "data"), max_iters=4, init_from="resume"),
+                   GPTConfig(**expected["model_settings"]))
+    assert [r["iter"] for r in result["train_losses"]] == [3, 4]
+    np.testing.assert_allclose([r["loss"] for r in result["train_losses"]],
+                               [r["loss"] for r in expected["resumed_train_losses"]], rtol=1e-6)
+    resumed, _ = read_checkpoint(tmp_path / "run" / "ckpt.pt")
+    with torch.no_grad():
+        torch.testing.assert_close(resumed.eval()(expected["tokens"], expected["tokens"])[0],
+                                   expected["resumed_logits"], atol=1e-6, rtol=0)

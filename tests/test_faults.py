@@ -27,6 +27,7 @@ from checkpoint import load_checkpoint, save_checkpoint
 from dataset import prepare
 from errors import OptionError, UserError, main_guard
 from files import lock_folder
+from options import chosen_values, parse_options
 from tokenizer import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,8 +72,8 @@ def trained(tmp_path_factory, corpus_text) -> Path:
     """A finished 4-step run (ckpt.pt, best.pt, metrics.jsonl) and its data, under one folder."""
     root = tmp_path_factory.mktemp("trained")
     prepare(corpus_text[:5000], root / "data", "char")
-    config, model_config = train_module.parse_options(flags(root / "run", root / "data"),
-                                                      (train_module.TrainConfig, train_module.GPTConfig), "", "")
+    config, model_config = parse_options(flags(root / "run", root / "data"),
+                                         (train_module.TrainConfig, train_module.GPTConfig), "", "")
     train_module.train(config, model_config)
     return root
 
@@ -242,7 +243,7 @@ def test_kill_9_during_saves_leaves_a_loadable_checkpoint_and_its_temps_are_clea
     (run / "ckpt.pt1234abcd.tmp").write_bytes(b"PK\x03\x04 the start of a checkpoint")  # as a kill leaves one
     (run / "best.ptzz.tmp").write_bytes(b"")
     resumed_from = load_checkpoint(run / "ckpt.pt")["iter_num"]
-    result = train_module.train(*train_module.parse_options(
+    result = train_module.train(*parse_options(
         flags(run, run_copy / "data", init_from="resume", max_iters=resumed_from + 1),
         (train_module.TrainConfig, train_module.GPTConfig), "", ""))
     assert result["iter_num"] == resumed_from + 1
@@ -403,8 +404,8 @@ def test_a_shape_flag_on_resume_is_reported_and_dropout_applies(run_copy, capsys
     assert digests(run_copy) == before
     argv = [*flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=6), "--dropout=0.25"]
     sections = (train_module.TrainConfig, train_module.GPTConfig)
-    result = train_module.train(*train_module.parse_options(argv, sections, "", ""),
-                                frozenset(train_module.chosen_values(argv, sections)))
+    result = train_module.train(*parse_options(argv, sections, "", ""),
+                                frozenset(chosen_values(argv, sections)))
     assert result["model"].config.dropout == 0.25  # nanoGPT's resume takes dropout from the command line
     assert load_checkpoint(run_copy / "run" / "ckpt.pt")["model_args"]["dropout"] == 0.25
 
@@ -422,7 +423,7 @@ def test_always_save_checkpoint_false_saves_ckpt_only_on_improvement(run_copy, m
     monkeypatch.setattr(train_module, "estimate_loss", lambda *a, **k: {"train": 1.0, "val": next(val_losses)})
     argv = flags(run_copy / "new", run_copy / "data", max_iters=8, lr_decay_iters=8, eval_interval=2,
                  always_save_checkpoint=False)
-    train_module.train(*train_module.parse_options(argv, (train_module.TrainConfig, train_module.GPTConfig), "", ""))
+    train_module.train(*parse_options(argv, (train_module.TrainConfig, train_module.GPTConfig), "", ""))
     assert saved == [("best.pt", 0), ("ckpt.pt", 0), ("best.pt", 4), ("ckpt.pt", 4), ("ckpt.pt", 8)]
 
 

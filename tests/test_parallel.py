@@ -174,3 +174,45 @@ def test_a_single_process_checkpoint_resumes_under_fsdp(tmp_path, char_data, scr
 def test_an_unknown_parallel_is_refused():
     with pytest.raises(ValueError, match="parallel='zero' must be one of ddp, fsdp"):
         TrainConfig(parallel="zero")
+
+
+# ---- a torch without FSDP2 (2.3 to 2.5: fully_shard is not public there) ---------------------------------------
+
+# torch.distributed.fsdp made unimportable, as fully_shard is on those releases; then the quick start's modules
+# import, one process trains (DDP's imports included), and --parallel=fsdp is refused in one line.
+WITHOUT_FSDP = """
+import runpy, sys
+sys.modules["torch.distributed.fsdp"] = None  # `from torch.distributed.fsdp import ...` raises ImportError
+import ablate, bench, sample  # noqa: F401
+import parallel, torch
+from errors import UserError
+assert parallel.FSDPModule is None and not parallel.is_sharded(torch.nn.Linear(1, 1))
+try:
+    parallel.check_sharding("fsdp", 2, torch.float32)
+except UserError as e:
+    print("refused:", e)
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_without_fsdp2_a_single_process_trains_and_fsdp_is_refused(tmp_path, char_data, script_env):
+    result = subprocess.run([sys.executable, "-c", WITHOUT_FSDP, *train_argv(tmp_path / "out", char_data,
+                                                                            max_iters=2)],
+                            capture_output=True, text=True, env=script_env, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused: parallel='fsdp' needs torch 2.6 or newer" in result.stdout
+    assert "--parallel=ddp" in result.stdout
+    assert "done: 2 iterations" in result.stdout
+    assert load_checkpoint(tmp_path / "out" / "ckpt.pt")["iter_num"] == 2
+
+
+def test_check_sharding_refuses_float16_and_passes_what_fsdp_runs():
+    from errors import UserError
+    from parallel import check_sharding
+
+    with pytest.raises(UserError, match="not float16"):
+        check_sharding("fsdp", 2, torch.float16)
+    for parallel, world_size, dtype in (("fsdp", 2, torch.bfloat16), ("fsdp", 1, torch.float16),
+                                        ("ddp", 2, torch.float16)):
+        check_sharding(parallel, world_size, dtype)  # FSDP on 1 process is no FSDP: nothing to refuse

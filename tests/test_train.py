@@ -534,3 +534,18 @@ def test_train_script_errors_exit_2_without_traceback(tmp_path, script_env):
     assert result.returncode == 2
     assert "prepare.py" in result.stderr
     assert_no_traceback(result.stdout, result.stderr)
+
+
+def test_the_command_line_reads_its_config_file_once(tmp_path, monkeypatch):
+    """main parses argv once: the settings and the names the user gave (for the resume checks) come from one
+    reading of each config file, so a file changed in between cannot give two different answers."""
+    import options
+
+    reads = []
+    real_read = options.read_config_file
+    monkeypatch.setattr(options, "read_config_file", lambda *a, **k: reads.append(a[0]) or real_read(*a, **k))
+    (tmp_path / "config.py").write_text("n_layer = 1\n")
+    with pytest.raises(UserError, match=r"prepare\.py"):
+        train_module.main([str(tmp_path / "config.py"), f"--dataset={tmp_path / 'missing'}",
+                           f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--compile=False"])
+    assert reads == [str(tmp_path / "config.py")]

@@ -1,0 +1,101 @@
+"""What a run folder (out_dir) holds and guards: one training at a time (the lock), the run already there (no
+new run over it without --overwrite), metrics.jsonl and wandb beside it, and Ctrl-C/SIGTERM turned into a save.
+
+The checkpoints' contents are checkpoint.py's; this module only knows their names.
+"""
+
+import contextlib
+import json
+import signal
+import threading
+from pathlib import Path
+
+from errors import UserError
+from files import lock_folder, remove_stale_temps
+
+RUN_FILES = ("ckpt.pt", "best.pt", "metrics.jsonl")  # what a run leaves in out_dir
+CHECKPOINT_FILES = ("ckpt.pt", "best.pt")  # written through a temp file (a killed save leaves one behind)
+
+
+def claim_out_dir(out_dir: str, stack: contextlib.ExitStack, *, resume: bool, overwrite: bool,
+                  claim: bool = True) -> None:
+    """Make out_dir this training's: lock it (released when stack closes), refuse to start a new run over an
+    old one unless resume or overwrite, and remove what a killed save left. claim=False (eval_only, ranks other
+    than 0) only checks that out_dir is not a file."""
+    folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"out_dir={out_dir!r} is a file, not a folder; choose another --out_dir")
+    if not claim:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create out_dir={out_dir!r}: {e.strerror}") from None
+    lock_folder(folder, stack)
+    existing = [name for name in RUN_FILES if (folder / name).exists()]
+    if existing and not resume and not overwrite:
+        raise UserError(f"out_dir={out_dir!r} already holds a run ({', '.join(existing)}); continue it with "
+                        "--init_from=resume, replace it with --overwrite=True, or choose another --out_dir")
+    for stale in remove_stale_temps(folder, CHECKPOINT_FILES):
+        print(f"removed {stale}, left by an interrupted save")
+
+
+class MetricsLog:
+    """metrics.jsonl (rank 0, unless eval_only) and wandb. A new run's first record replaces an old log, so a
+    start-up failure (wandb, a bad option) leaves the old one whole; a resumed run appends."""
+
+    def __init__(self, path: Path | None, append: bool, wandb_run=None):
+        self.path, self.mode, self.wandb_run = path, "a" if append else "w", wandb_run
+
+    def write(self, record: dict) -> None:
+        if self.path is not None:
+            try:
+                with self.path.open(self.mode) as file:
+                    file.write(json.dumps(record) + "\n")
+            except OSError as e:  # a full disk: stop with the checkpoints as they are
+                raise UserError(f"could not write {self.path}: {e.strerror or e}") from None
+            self.mode = "a"
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in record.items() if k != "iter"}, step=record["iter"])
+
+    def finish(self) -> None:
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def start_wandb(out_dir: str, project: str, name: str, mode: str, settings: dict):
+    """A wandb run logging into out_dir with every setting; what keeps it from starting is a UserError."""
+    import wandb
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        return wandb.init(project=project, name=name, mode=mode, dir=str(out_dir), config=settings)
+    except Exception as e:  # wandb reports a missing login or network in many types of its own
+        message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UserError(f"wandb could not start ({type(e).__name__}: {message}); run `wandb login`, or use "
+                        "--wandb_mode=offline (no login needed) or --wandb_log=False") from None
+
+
+class StopRequest:
+    """Turns the first Ctrl-C or SIGTERM into a request to save and stop at the end of the step; a second one
+    aborts at once (KeyboardInterrupt). `signal` is the number of the first, or 0."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signal = 0
+        self.previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {number: signal.signal(number, self.handle) for number in self.SIGNALS}
+        return self
+
+    def handle(self, signum, frame):
+        if self.signal:
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    def __exit__(self, *exc):
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)

@@ -1,0 +1,77 @@
+"""run_dir.py on its own: the claim on out_dir (lock, an old run, stale temps), metrics.jsonl's replace-then-append,
+and Ctrl-C/SIGTERM turned into a request. train.py's use of them is in test_train.py and test_faults.py."""
+
+import contextlib
+import json
+import os
+import signal
+
+import pytest
+
+from errors import UserError
+from run_dir import MetricsLog, StopRequest, claim_out_dir
+
+
+def test_a_new_run_over_an_old_one_needs_resume_or_overwrite(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "best.pt").write_bytes(b"old")
+    with contextlib.ExitStack() as stack, pytest.raises(UserError, match=r"already holds a run \(best\.pt, "
+                                                                       r"metrics\.jsonl\).*--overwrite=True"):
+        claim_out_dir(str(tmp_path), stack, resume=False, overwrite=False)
+    for resume, overwrite in ((True, False), (False, True)):
+        with contextlib.ExitStack() as stack:
+            claim_out_dir(str(tmp_path), stack, resume=resume, overwrite=overwrite)
+    assert (tmp_path / "best.pt").read_bytes() == b"old"  # claiming deletes nothing of the run
+
+
+def test_the_claim_locks_until_the_stack_closes_and_clears_stale_temps(tmp_path, capsys):
+    (tmp_path / "ckpt.pt123abc.tmp").write_bytes(b"PK partial")
+    (tmp_path / "notes.txt.tmp").write_bytes(b"not ours")
+    with contextlib.ExitStack() as first:
+        claim_out_dir(str(tmp_path), first, resume=True, overwrite=False)
+        assert "ckpt.pt123abc.tmp" in capsys.readouterr().out
+        with contextlib.ExitStack() as second, pytest.raises(UserError, match=f"in use.*process {os.getpid()}"):
+            claim_out_dir(str(tmp_path), second, resume=True, overwrite=False)
+    with contextlib.ExitStack() as third:  # released
+        claim_out_dir(str(tmp_path), third, resume=True, overwrite=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt.tmp", "train.lock"]
+
+
+def test_an_unclaimed_out_dir_is_only_checked(tmp_path):
+    with contextlib.ExitStack() as stack:
+        claim_out_dir(str(tmp_path / "new"), stack, resume=False, overwrite=False, claim=False)
+    assert not (tmp_path / "new").exists()  # eval_only, and ranks other than 0, make nothing
+    (tmp_path / "file").write_text("")
+    with contextlib.ExitStack() as stack, pytest.raises(UserError, match="is a file, not a folder"):
+        claim_out_dir(str(tmp_path / "file"), stack, resume=False, overwrite=False, claim=False)
+
+
+def test_metrics_log_replaces_at_the_first_record_and_appends_on_resume(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iter": 99}\n')
+    sent = []
+
+    class Wandb:
+        def log(self, data, step):
+            sent.append((step, data))
+
+    log = MetricsLog(path, append=False, wandb_run=Wandb())
+    assert path.read_text() == '{"iter": 99}\n'  # kept until the new run writes
+    log.write({"iter": 0, "val_loss": 2.5})
+    log.write({"iter": 1, "train_loss": 2.0})
+    MetricsLog(path, append=True).write({"iter": 2, "train_loss": 1.5})
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"iter": 0, "val_loss": 2.5}, {"iter": 1, "train_loss": 2.0}, {"iter": 2, "train_loss": 1.5}]
+    assert sent == [(0, {"val_loss": 2.5}), (1, {"train_loss": 2.0})]
+
+
+def test_stop_request_turns_the_first_signal_into_a_flag_and_the_second_into_an_abort():
+    before = signal.getsignal(signal.SIGTERM)
+    with StopRequest() as stop:
+        assert stop.signal == 0
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.signal == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert stop.signal == signal.SIGTERM  # the first is the one reported
+    assert signal.getsignal(signal.SIGTERM) is before
