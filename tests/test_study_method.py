@@ -21,7 +21,7 @@ import study_plan
 import study_runs
 from ablate import AblateConfig, cell_label, run_study
 from checkpoint import load_checkpoint
-from dataset import PrepareConfig, prepare
+from dataset import PrepareConfig, prepare, sample_offsets
 from errors import main_guard
 from model import GPTConfig
 from paired_stats import tost, verdict
@@ -131,6 +131,28 @@ def test_bits_per_byte_of_hand_counted_text():
     assert gpt2.decode([int(ids[0])]) == "The"
     assert counts["bytes"] == 17 - 3 and counts["chars"] == 15 - 3 and counts["tokens"] == len(ids) - 1
     assert bits_per(2.0, counts, "chars") == pytest.approx(2.0 * (len(ids) - 1) / 12 / math.log(2))
+
+
+def test_train_logs_bits_per_byte_of_its_estimate(tmp_path):
+    """train.py's val estimate in bits per byte: its batches' targets decoded to text and counted by hand."""
+    rng = random.Random(1)
+    text = "".join(rng.choice(["a", "b", "é", "ö", " ", "\n"]) for _ in range(3000))
+    prepare(text, tmp_path / "data", "char")
+    config = TrainConfig(dataset=str(tmp_path / "data"), out_dir=str(tmp_path / "run"), max_iters=0, eval_iters=3,
+                         batch_size=2, device="cpu", compile=False, progress=False)
+    result = train(config, GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=BLOCK))
+    tokenizer = CharTokenizer.from_text(text)
+    val = np.fromfile(tmp_path / "data" / "val.bin", dtype=np.uint16)
+    generator = torch.Generator().manual_seed(config.seed)
+    text_bytes = 0
+    for _ in range(3):  # estimate_loss's batches: the same offsets every call
+        for start in sample_offsets(len(val), BLOCK, 2, generator).tolist():
+            text_bytes += len(tokenizer.decode(val[start + 1:start + 1 + BLOCK].tolist()).encode("utf-8"))
+    assert text_bytes > 3 * 2 * BLOCK  # é and ö take two bytes
+    first = result["evals"][0]
+    assert first["val_bits_per_byte"] == pytest.approx(first["val_loss"] * 3 * 2 * BLOCK / text_bytes / math.log(2))
+    logged = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert logged["val_bits_per_byte"] == first["val_bits_per_byte"] and logged["eval_train_bits_per_byte"] > 0
 
 
 # ---------------------------------------------------------------------------------------------------- cells
