@@ -45,7 +45,7 @@ import study_plan
 from checkpoint import load_checkpoint
 from dataset import load_split, resolve_data_dir
 from errors import OptionError, main_guard
-from model import GPT, POS_ENCODINGS, GPTConfig
+from model import GPT, GPTConfig
 from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, sliding_geometry
@@ -62,11 +62,14 @@ MAX_SEEDS = 10_000  # seeds per cell: a plan of them is built in memory
 MAX_SEED = 2**63 - 1  # seeds are int64
 LABEL_WORDS = {"learning_rate": "lr", "learned_init_std": "init std"}  # how cell_label names these settings
 
+# The cells of README's study; the other registered encodings (positions.POS_ENCODINGS: t5) join with --variants.
+STUDY_CELLS = ("learned", "sinusoidal", "rope", "alibi", "none")
+
 
 @dataclass
 class AblateConfig:
     study_dir: str = "out-ablate"  # study folder: one sub-folder per run (<cell>/seed<N>) and the results
-    variants: list[str] = field(default_factory=lambda: list(POS_ENCODINGS))  # cells: "rope", "name=value name=value"
+    variants: list[str] = field(default_factory=lambda: list(STUDY_CELLS))  # cells: "rope", "name=value name=value"
     grid: str = ""  # more cells, the cross product of "name=v1,v2;name2=v3,v4"; added after variants
     seeds: int = 5  # runs per cell, seeded first_seed, first_seed+1, ...
     first_seed: int = 1337  # seed of each cell's first run: initialisation and batch order

@@ -27,7 +27,8 @@ from torch.nn import functional as F
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import autocast_context, choose_device, choose_dtype
 from errors import main_guard
-from model import GPT, GPTConfig, compiled_decode_step, fused_adamw_devices
+from generate import compiled_decode_step
+from model import GPT, GPTConfig, has_fused_adamw
 from options import parse_options
 from tokenizer import read_description
 from train import TrainConfig, model_vocab_size, train
@@ -162,7 +163,7 @@ def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.dev
     """The plain loop, then one change added at a time, then nanoGPT's if asked for. The configured setting of
     train.py is the first variant named in `configured_variant`."""
     dtype = choose_dtype(config.dtype, device)
-    has_fused = device.type in fused_adamw_devices()
+    has_fused = has_fused_adamw(device.type)
     variants = [Variant("plain: eager, foreach AdamW", False, False, dtype)]
     if has_fused:
         variants.append(Variant("+ fused AdamW", False, True, dtype))
@@ -178,7 +179,7 @@ def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.dev
 def configured_variant(variants: list[Variant], config: TrainConfig, device: torch.device) -> Variant:
     """Ours as train.py runs it: fused AdamW where torch has it, compiled as configured, the configured dtype."""
     dtype = choose_dtype(config.dtype, device)
-    fused = device.type in fused_adamw_devices()
+    fused = has_fused_adamw(device.type)
     return next(v for v in variants if not v.nanogpt and (v.compile, v.fused, v.dtype) == (config.compile, fused,
                                                                                              dtype))
 

@@ -20,7 +20,8 @@ import torch
 
 from errors import UserError
 from files import atomic_files
-from model import GPT, GPT2_NAMES, GPTConfig
+from gpt2_weights import GPT2_NAMES
+from model import GPT, GPTConfig
 from parallel import full_model_state, full_optimizer_state, load_optimizer_state
 from tokenizer import check_description, tokenizer_difference
 

@@ -66,3 +66,17 @@ def sinusoidal_table(positions: np.ndarray, n_embd: int) -> np.ndarray:
     table[:, 0::2] = np.sin(angles)
     table[:, 1::2] = np.cos(angles)
     return table
+
+
+def t5_buckets(distance: np.ndarray, num_buckets: int, max_distance: int) -> np.ndarray:
+    """T5's causal relative-position buckets (Raffel et al. 2020) of distances query_pos - key_pos, in float64.
+
+    A key after the query counts as distance 0. Distances 0 .. exact-1 (exact = num_buckets // 2) get a bucket
+    each; a longer d gets exact + floor(ln(d / exact) / ln(max_distance / exact) * (num_buckets - exact)),
+    capped at the last bucket, so the buckets widen geometrically up to max_distance.
+    """
+    exact = num_buckets // 2
+    d = np.maximum(np.asarray(distance), 0)
+    with np.errstate(divide="ignore"):  # ln 0 where d = 0, a bucket of its own, not read
+        far = exact + np.floor(np.log(d / exact) / np.log(max_distance / exact) * (num_buckets - exact))
+    return np.where(d < exact, d, np.minimum(far, num_buckets - 1)).astype(np.int64)

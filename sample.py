@@ -17,6 +17,7 @@ from checkpoint import check_init_from, load_pretrained, read_checkpoint
 from dataset import read_text
 from devices import autocast_context, choose_device, choose_dtype
 from errors import UserError, main_guard
+from generate import generate_stream
 from model import GPT
 from options import parse_options
 from tokenizer import GPT2Tokenizer, Tokenizer, from_description
@@ -105,9 +106,9 @@ def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None)
             yield int(next_tokens[0, 0])
 
     with autocast_context(device, choose_dtype(config.dtype, device)):
-        stream = model.generate_stream(idx, config.max_new_tokens, config.temperature, config.top_k, config.top_p,
-                                       config.slide, use_cache=not config.no_cache, generator=generators,
-                                       vocab_size=tokenizer.vocab_size, compile=config.compile)
+        stream = generate_stream(model, idx, config.max_new_tokens, config.temperature, config.top_k,
+                                 config.top_p, config.slide, use_cache=not config.no_cache, generator=generators,
+                                 vocab_size=tokenizer.vocab_size, compile=config.compile)
         if on_text is None:
             new_tokens.extend(stream)  # the tokens stay on the device: no host sync per token
         else:

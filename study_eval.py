@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from devices import autocast_context
 from model import GPT
+from positions import encoding_of
 from tokenizer import from_description, token_byte_counts, token_char_counts
 
 if typing.TYPE_CHECKING:
@@ -112,7 +113,7 @@ def evaluate_model(model: GPT, val: np.ndarray, lengths: list[int], ablate: "Abl
         results[protocol] = {}
         for length in lengths:
             widest = protocol_window(protocol, length, window)
-            if model.config.pos_encoding == "learned" and widest > model.config.block_size:
+            if widest > (encoding_of(model.config).max_length() or widest):
                 results[protocol][str(length)] = None  # a learned table has block_size rows
                 continue
             same = results.get("nonoverlapping", {}).get(str(length)) if widest == length else None

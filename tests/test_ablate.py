@@ -28,11 +28,12 @@ import ablate_plots
 import files
 import study_eval
 import study_runs
+from ablate import STUDY_CELLS as POS_ENCODINGS
 from ablate import AblateConfig, initial_model, run_plan, run_study, study_cells
 from checkpoint import load_checkpoint, model_from_checkpoint
 from dataset import load_split, prepare
 from errors import OptionError
-from model import POS_ENCODINGS, GPTConfig
+from model import GPTConfig
 from options import parse_options
 from paired_stats import holm, interval, paired
 from study_eval import forward_pieces, token_losses

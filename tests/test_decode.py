@@ -7,7 +7,9 @@ import pytest
 import torch
 from test_model import BLOCK, max_abs, random_ids, tiny_model
 
+import generate as G
 import model as M
+from positions import POS_ENCODINGS
 from sample import incremental_text
 from tokenizer import GPT2Tokenizer
 
@@ -15,17 +17,17 @@ from tokenizer import GPT2Tokenizer
 def eager_and_compiled_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor):
     """Logits of every decode step over `tokens` after the prompt, eager and compiled, each in its own cache."""
     runs = []
-    for step in (model.decode_step, M.compiled_decode_step(model)):
+    for step in (model.decode_step, G.compiled_decode_step(model)):
         cache = model.make_cache(prompt.size(0))
         model(prompt, cache=cache)
         # contiguous, as generate's tokens are: a strided one would be a new graph
-        runs.append(torch.stack([model.decode(tokens[:, i:i + 1].contiguous(), cache, step)
+        runs.append(torch.stack([G.decode(model, tokens[:, i:i + 1].contiguous(), cache, step)
                                  for i in range(tokens.size(1))]))
     return runs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pos_encoding", M.POS_ENCODINGS)
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 @torch.no_grad()
 def test_compiled_decoding_equals_eager_and_uncached(pos_encoding):
     model = tiny_model(pos_encoding)
@@ -73,7 +75,7 @@ def test_compiled_decoding_under_bfloat16_autocast_equals_eager():
     assert max_abs(eager.float(), reference) < 0.05
 
 
-@pytest.mark.parametrize("pos_encoding", M.POS_ENCODINGS)
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 @torch.no_grad()
 def test_cached_generation_equals_uncached_for_every_encoding(pos_encoding):
     """The eager static cache: whole-cache attention behind a position mask, stale keys of earlier windows hidden."""
@@ -95,9 +97,9 @@ def test_decode_refuses_an_overflow_with_the_forward_error():
     with pytest.raises(ValueError, match=message):
         model(random_ids(2, 1), cache=cache)
     with pytest.raises(ValueError, match=message):
-        model.decode(random_ids(2, 1), cache)
+        G.decode(model, random_ids(2, 1), cache)
     with pytest.raises(ValueError, match="idx has batch size 1 but the KV cache holds 2"):
-        model.decode(random_ids(1, 1), cache)
+        G.decode(model, random_ids(1, 1), cache)
     assert cache.length == 6
 
 
@@ -107,7 +109,7 @@ def test_learned_positions_past_the_table_are_refused_by_decode():
     cache = model.make_cache(1, max_length=2 * BLOCK)
     model(random_ids(1, BLOCK), cache=cache)
     with pytest.raises(ValueError, match=f"position {BLOCK} is out of range"):
-        model.decode(random_ids(1, 1), cache)
+        G.decode(model, random_ids(1, 1), cache)
 
 
 @torch.no_grad()
@@ -117,7 +119,7 @@ def test_shared_prompt_runs_once_and_fills_every_row():
     model.blocks[0].register_forward_hook(lambda module, args, out: batch_sizes.append(args[0].size(0)))
     prompt = random_ids(1, 9, seed=23)
     cache = model.make_cache(4)
-    logits = model.prefill(prompt.expand(4, -1), cache)
+    logits = G.prefill(model, prompt.expand(4, -1), cache)
     assert batch_sizes == [1]
     alone = model.make_cache(1)
     expected = model(prompt, cache=alone)[0][:, -1]
@@ -126,7 +128,7 @@ def test_shared_prompt_runs_once_and_fills_every_row():
     for shared, single in zip(cache.keys + cache.values, alone.keys + alone.values, strict=True):
         assert torch.equal(shared[:, :, :9], single[:, :, :9].expand(4, -1, -1, -1))
     batch_sizes.clear()
-    model.prefill(random_ids(4, 9, seed=24), model.make_cache(4))  # different rows: run as a batch
+    G.prefill(model, random_ids(4, 9, seed=24), model.make_cache(4))  # different rows: run as a batch
     assert batch_sizes == [4]
 
 
@@ -183,3 +185,58 @@ def test_incremental_text_decodes_each_token_once_and_sends_the_rest():
     cut = ids[:ids.index(tokenizer.encode(" 😀")[-1])]
     assert tokenizer.decode(cut).endswith("\ufffd")
     assert "".join(incremental_text(tokenizer, iter(cut))) == tokenizer.decode(cut)
+
+
+# ---- on a CUDA GPU: python -m pytest -m gpu (skipped without one) ----------------------------------------
+
+
+def cuda_graph_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits of each decode step through the compiled step (CUDA graphs) in the static cache. Each is cloned:
+    a CUDA graph's output is overwritten by its next replay."""
+    cache, step = G.static_cache(model, prompt.size(0)), G.compiled_decode_step(model)
+    G.prefill(model, prompt, cache)
+    return torch.stack([G.decode(model, tokens[:, i:i + 1].contiguous(), cache, step).clone()
+                        for i in range(tokens.size(1))])
+
+
+def eager_decode_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    cache = model.make_cache(prompt.size(0))
+    model(prompt, cache=cache)
+    return torch.stack([G.decode(model, tokens[:, i:i + 1], cache) for i in range(tokens.size(1))])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_cuda_graph_decoding_equals_eager_and_uncached(pos_encoding):
+    from torch._dynamo.utils import counters  # the compiler's own record of graphs it could not capture
+
+    model = tiny_model(pos_encoding).cuda()
+    prompt, tokens = random_ids(2, 5, seed=50).cuda(), random_ids(2, BLOCK - 5, seed=51).cuda()
+    torch.compiler.reset()  # each test compiles afresh, within the compiler's limit of graphs per function
+    counters.clear()
+    graphed = cuda_graph_logits(model, prompt, tokens)
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])  # the cache is static
+    eager = eager_decode_logits(model, prompt, tokens)
+    assert max_abs(graphed, eager) < 1e-4
+    full = model(torch.cat((prompt, tokens), dim=1))[0][:, 5:]
+    assert max_abs(graphed.transpose(0, 1), full) < 1e-4
+    # a second generation replays the graphs in the same static cache: the same tokens as without a cache
+    for _ in range(2):
+        graphs = model.generate(prompt, 3 * BLOCK, temperature=0, compile=True)
+        assert torch.equal(graphs, model.generate(prompt, 3 * BLOCK, temperature=0, use_cache=False))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_compiled_decoding_in_bfloat16_on_cuda_is_as_close_as_eager(pos_encoding):
+    reference_model = tiny_model(pos_encoding).cuda()
+    model = tiny_model(pos_encoding).cuda().to(torch.bfloat16)
+    prompt, tokens = random_ids(2, 4, seed=52).cuda(), random_ids(2, 8, seed=53).cuda()
+    torch.compiler.reset()  # each test compiles afresh, within the compiler's limit of graphs per function
+    compiled = cuda_graph_logits(model, prompt, tokens)
+    eager, reference = (eager_decode_logits(m, prompt, tokens) for m in (model, reference_model))  # reference: fp32
+    assert compiled.dtype == eager.dtype == torch.bfloat16
+    assert max_abs(compiled.float(), eager.float()) <= 2 * max_abs(eager.float(), reference) + 1e-3
+    assert max_abs(eager.float(), reference) < 0.2

@@ -15,11 +15,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+import gpt2_weights
 import input_layer_numpy as ref
 import model as M
-from model import GPT, GPTConfig, InputLayer, sample_next_token
+import positions as P
+from generate import filter_logits, sample_next_token
+from model import GPT, GPTConfig, InputLayer
 
-POS_ENCODINGS = M.POS_ENCODINGS
+POS_ENCODINGS = P.POS_ENCODINGS
 BLOCK, VOCAB = 16, 37  # the tiny model of most tests
 # The sinusoidal table is Vaswani's scaled to the token table's init std (0.02): GPTConfig.sinusoidal_amplitude.
 AMPLITUDE = 0.02
@@ -187,7 +190,7 @@ def test_hf_parity_full_forward(tmp_path):
     expected = hf(idx).logits
 
     copied = ours_like(hf)
-    copied.load_state_dict(M.hf_to_ours(hf.state_dict()))
+    copied.load_state_dict(gpt2_weights.hf_to_ours(hf.state_dict()))
     assert copied.lm_head.weight is copied.input_layer.wte
     assert max_abs(copied(idx)[0], expected) < 1e-4
 
@@ -200,7 +203,7 @@ def test_hf_parity_full_forward(tmp_path):
 def test_hf_parity_with_both_caches():
     hf = random_hf_gpt2(seed=1)
     ours = ours_like(hf)
-    ours.load_state_dict(M.hf_to_ours(hf.state_dict()))
+    ours.load_state_dict(gpt2_weights.hf_to_ours(hf.state_dict()))
     idx = random_ids(2, 32, vocab=101, seed=4)
     cache, hf_cache, start = ours.make_cache(2), None, 0
     for n in (5, 1, 1, 3, 1, 7, 2, 1, 1, 10):
@@ -516,7 +519,7 @@ def test_empty_sequence_raises_in_model():
 def test_config_errors():
     with pytest.raises(ValueError, match="n_embd=50 is not divisible by n_head=3"):
         GPTConfig(n_embd=50, n_head=3)
-    valid = "learned, sinusoidal, rope, alibi, none"
+    valid = "learned, sinusoidal, rope, alibi, none, t5"
     with pytest.raises(ValueError, match=f"pos_encoding='rotary' is not one of {valid}$"):
         GPTConfig(pos_encoding="rotary")
     with pytest.raises(ValueError, match=r"'rope' needs an even head_dim, got n_embd/n_head = 36/4 = 9; change"):
@@ -599,12 +602,12 @@ def test_filter_logits_top_p_by_hand():
     # sorted: 0.5 (id 1), 0.3 (id 3), 0.15 (id 0), 0.05 (id 2); a token stays while the mass above it < p
     by_hand = {0.5: {1}, 0.79: {1, 3}, 0.8: {1, 3}, 0.81: {1, 3, 0}, 0.96: {0, 1, 2, 3}, 1.0: {0, 1, 2, 3}}
     for top_p, expected in by_hand.items():
-        out = M.filter_logits(logits, top_p=top_p)
+        out = filter_logits(logits, top_p=top_p)
         kept = set(torch.isfinite(out[0]).nonzero().flatten().tolist())
         assert kept == expected, top_p
         assert torch.equal(out[0, list(expected)], logits[0, list(expected)])  # kept logits are untouched
     # p=0.8 sits exactly on the boundary 0.5 + 0.3 (float32: 0.80000007 >= 0.8f), so it keeps two, not three
-    out = M.filter_logits(logits, top_k=3, top_p=0.99)  # top_k first: drops id 2, then top_p keeps the rest
+    out = filter_logits(logits, top_k=3, top_p=0.99)  # top_k first: drops id 2, then top_p keeps the rest
     assert set(torch.isfinite(out[0]).nonzero().flatten().tolist()) == {0, 1, 3}
 
 
@@ -612,7 +615,7 @@ def test_filter_logits_top_p_by_hand():
 def test_greedy_generate_matches_hf():
     hf = random_hf_gpt2(seed=3)
     ours = ours_like(hf)
-    ours.load_state_dict(M.hf_to_ours(hf.state_dict()))
+    ours.load_state_dict(gpt2_weights.hf_to_ours(hf.state_dict()))
     prompt = random_ids(2, 5, vocab=101, seed=13)
     new = hf.config.n_positions - 5  # stay inside the context window
     expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=new,
@@ -651,9 +654,9 @@ def paper_alibi_slopes(n: int) -> list[float]:
 
 def test_alibi_slopes_follow_the_paper():
     for n in range(1, 17):
-        np.testing.assert_allclose(M.alibi_slopes(n), paper_alibi_slopes(n), rtol=1e-12, atol=0, err_msg=f"n={n}")
-    assert M.alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
-    assert M.alibi_slopes(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+        np.testing.assert_allclose(P.alibi_slopes(n), paper_alibi_slopes(n), rtol=1e-12, atol=0, err_msg=f"n={n}")
+    assert P.alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
+    assert P.alibi_slopes(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
 
 
 def hf_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
@@ -671,7 +674,7 @@ def hf_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tens
 def test_apply_rope_matches_transformers(base):
     x = torch.randn(2, 3, 7, 16, generator=torch.Generator().manual_seed(0))
     positions = torch.arange(40, 47)  # after a cache of 40 positions
-    ours = M.apply_rope(x, positions, base)
+    ours = P.apply_rope(x, positions, base)
     assert max_abs(ours, hf_rope(x, positions, base)) < 1e-5
     assert max_abs(ours, hf_rope(x, positions + 1, base)) > 1e-2  # the positions matter
     assert max_abs(ours, hf_rope(x, positions, 2 * base)) > 1e-3  # and so does the base
@@ -682,10 +685,10 @@ def test_rope_preserves_norms_and_sees_only_position_differences():
     q, k = torch.randn(1, 2, 1, 32, generator=g, dtype=torch.float64), torch.randn(1, 2, 1, 32, generator=g,
                                                                                    dtype=torch.float64)
     far = torch.tensor([12345])
-    torch.testing.assert_close(M.apply_rope(q, far).norm(dim=-1), q.norm(dim=-1), rtol=1e-6, atol=0)
+    torch.testing.assert_close(P.apply_rope(q, far).norm(dim=-1), q.norm(dim=-1), rtol=1e-6, atol=0)
 
     def score(m: int, n: int) -> torch.Tensor:
-        return (M.apply_rope(q, torch.tensor([m])) * M.apply_rope(k, torch.tensor([n]))).sum(-1)
+        return (P.apply_rope(q, torch.tensor([m])) * P.apply_rope(k, torch.tensor([n]))).sum(-1)
 
     for m, n in ((5, 2), (0, 9), (100, 100)):
         for shift in (1, 7, 1000):
@@ -695,7 +698,8 @@ def test_rope_preserves_norms_and_sees_only_position_differences():
 
 def reference_forward(model: GPT, idx: np.ndarray) -> np.ndarray:
     """The whole model in NumPy float64 from its state dict: rope as complex multiplication of the pairs
-    (x_i, x_{i+d/2}), alibi as an explicit bias matrix with the paper's slopes."""
+    (x_i, x_{i+d/2}), alibi as an explicit bias matrix with the paper's slopes, t5 as its table read at the float64
+    buckets of input_layer_numpy."""
     c = model.config
     W = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
     B, T = idx.shape
@@ -718,6 +722,9 @@ def reference_forward(model: GPT, idx: np.ndarray) -> np.ndarray:
     bias = np.where(distance >= 0, 0.0, -np.inf)[None]
     if c.pos_encoding == "alibi":
         bias = bias - np.array(paper_alibi_slopes(H))[:, None, None] * distance
+    if c.pos_encoding == "t5":  # one learned scalar per (bucket, head), the bucket of the distance
+        table = W["input_layer.relative_bias"]
+        bias = bias + table[ref.t5_buckets(distance, c.t5_num_buckets, c.t5_max_distance)].transpose(2, 0, 1)
     x = W["input_layer.wte"][idx]
     for layer in range(c.n_layer):
         p = f"blocks.{layer}."
@@ -735,10 +742,11 @@ def reference_forward(model: GPT, idx: np.ndarray) -> np.ndarray:
     return layer_norm(x, "ln_f") @ W["input_layer.wte"].T
 
 
-@pytest.mark.parametrize("pos_encoding", ["rope", "alibi"])
+@pytest.mark.parametrize("pos_encoding", ["rope", "alibi", "t5"])
 @torch.no_grad()
 def test_whole_model_matches_numpy_float64_reference(pos_encoding):
-    model = tiny_model(pos_encoding, n_head=3, n_embd=48, rope_base=100.0)  # 3 heads: not a power of 2
+    # 3 heads: not a power of 2; t5: 8 buckets up to distance 13, so that 16 positions reach the log-spaced ones
+    model = tiny_model(pos_encoding, n_head=3, n_embd=48, rope_base=100.0, t5_num_buckets=8, t5_max_distance=13)
     idx = random_ids(2, BLOCK, seed=15)
     expected = reference_forward(model, idx.numpy())
     # measured: float32 3e-6 (logits up to 4.5); float64 4e-7 for rope (angles stay float32), 5e-15 for alibi
@@ -815,3 +823,55 @@ def test_compiled_gelu_is_gpt2s_tanh_gelu():
     expected = 0.5 * x64 * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
     assert max_abs(M.gelu_tanh(x), expected) < 1e-6  # eager: torch's kernel
     assert max_abs(torch.compile(M.gelu_tanh)(x), expected) < 1e-6  # compiled: the sigmoid form
+
+
+# ---- on a CUDA GPU: python -m pytest -m gpu (skipped without one) ----------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", ["alibi", "t5"])
+@pytest.mark.parametrize("cached", [False, True])
+@torch.no_grad()
+def test_sdpa_with_a_float_bias_mask_equals_the_math_path_on_cuda(pos_encoding, cached):
+    """The score bias travels to SDPA as a float mask: its fused (memory-efficient) kernel must read it as the
+    plain math does, with and without a cache (the cached mask covers the whole preallocated cache)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = tiny_model(pos_encoding, t5_num_buckets=4, t5_max_distance=8).cuda()
+    idx = random_ids(3, BLOCK, seed=40).cuda()
+    expected = tiny_model(pos_encoding, t5_num_buckets=4, t5_max_distance=8).double()(idx.cpu())[0]
+    logits = {}
+    for backend in (SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION):
+        with sdpa_kernel(backend):
+            logits[backend] = cached_logits(model, idx, [5, 11]) if cached else model(idx)[0]
+    assert max_abs(logits[SDPBackend.EFFICIENT_ATTENTION], logits[SDPBackend.MATH]) < 1e-4
+    assert max_abs(logits[SDPBackend.EFFICIENT_ATTENTION].cpu(), expected) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_bfloat16_autocast_forward_is_close_to_float32_on_cuda(pos_encoding):
+    model = tiny_model(pos_encoding).cuda()
+    idx = random_ids(2, BLOCK, seed=41).cuda()
+    full = model(idx)[0]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        half = model(idx)[0]
+    assert half.dtype == torch.bfloat16 and full.dtype == torch.float32
+    # bfloat16 keeps 8 bits of mantissa: logits up to ~5 move by a few hundredths, not more, and do move
+    assert 0 < max_abs(half.float(), full) < 0.1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+@torch.no_grad()
+def test_compiled_forward_in_bfloat16_equals_eager_on_cuda(pos_encoding):
+    model = tiny_model(pos_encoding).cuda().to(torch.bfloat16)
+    idx = random_ids(2, BLOCK, seed=42).cuda()
+    reference = tiny_model(pos_encoding).cuda()(idx)[0]  # float32
+    torch.compiler.reset()  # each test compiles afresh, within the compiler's limit of graphs per function
+    eager, compiled = model(idx)[0], torch.compile(model, fullgraph=True)(idx)[0]
+    assert compiled.dtype == eager.dtype == torch.bfloat16
+    # as close to eager bfloat16 as bfloat16 rounding allows (kernels fused differently round differently)
+    assert max_abs(compiled.float(), eager.float()) <= 2 * max_abs(eager.float(), reference) + 1e-3
+    assert max_abs(eager.float(), reference) < 0.2

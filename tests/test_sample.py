@@ -101,7 +101,7 @@ def test_cli_compiled_decoding_prints_the_same_samples(trained_run, script_env):
     assert "compiled decode step: its compilation included" in compiled.stderr
 
 
-def test_stream_sends_the_text_still_pending_at_the_end():
+def test_stream_sends_the_text_still_pending_at_the_end(monkeypatch):
     """A BPE sample that ends inside a multi-byte character: the stream waits for the rest, which never comes;
     what is pending must still be sent, so that the stream equals the sample."""
     tokenizer = GPT2Tokenizer()
@@ -117,6 +117,7 @@ def test_stream_sends_the_text_still_pending_at_the_end():
             for token in partial:
                 yield torch.tensor([[token]] * idx.size(0))
 
+    monkeypatch.setattr("sample.generate_stream", lambda model, *args, **kwargs: model.generate_stream(*args, **kwargs))
     pieces = []
     texts = sample(Fixed(), tokenizer, SampleConfig(start="A", num_samples=1, max_new_tokens=2), on_text=pieces.append)
     assert texts[0] == tokenizer.decode(tokenizer.encode("A") + partial) and texts[0].endswith("\ufffd")

@@ -1,0 +1,176 @@
+"""The sampler's engine: prefill, the decode loop with its window slide, the static cache and the compiled decode
+step, and the sampling filters (temperature, top-k, top-p). The architecture it runs is model.py's; the state of
+generation (the static cache, the weights a frozen graph holds) lives here, not on the model.
+"""
+
+import itertools
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from model import GPT, KVCache
+
+DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache], torch.Tensor]
+
+# Per model, held only while the model lives: the cache the compiled step writes (CUDA graphs replay fixed
+# addresses, so a new cache each call would record a new graph), and the weights the frozen graphs were built from.
+_static_caches: "weakref.WeakKeyDictionary[GPT, KVCache]" = weakref.WeakKeyDictionary()
+_frozen_weights: "weakref.WeakKeyDictionary[GPT, list]" = weakref.WeakKeyDictionary()
+
+
+@torch.no_grad()
+def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                    top_k: int | None = None, top_p: float | None = None, slide: int | None = None,
+                    use_cache: bool = True, generator: torch.Generator | list[torch.Generator] | None = None,
+                    vocab_size: int | None = None, compile: bool = False) -> Iterator[torch.Tensor]:
+    """Yield max_new_tokens tokens, each (B, 1), continuing idx (B, T).
+
+    The context window holds at most block_size tokens. When it is full, the oldest `slide` tokens
+    (default block_size // 2) are dropped and the rest is run again from position 0: cached keys and
+    values carry their positions and cannot be shifted. slide=1 is nanoGPT's crop-every-step.
+    use_cache=False runs the whole window every step (the slow reference) under the same policy.
+    vocab_size limits sampling to ids below it: the rows that pad a vocabulary (50257 -> 50304) are no tokens.
+    compile=True runs each new token through the compiled decode step (compiled_decode_step); the prompt
+    and the re-runs after a slide, whose lengths vary, stay eager. generator: see sample_next_token.
+    """
+    block_size = model.config.block_size
+    slide = block_size // 2 if slide is None else slide
+    if not 1 <= slide <= block_size:
+        raise ValueError(f"slide={slide} must be in [1, block_size={block_size}]")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+    context = idx[:, -block_size:]
+    cache = None if not use_cache else static_cache(model, idx.size(0)) if compile else model.make_cache(idx.size(0))
+    decode_step = compiled_decode_step(model) if compile and use_cache else model.decode_step
+    logits = prefill(model, context, cache)
+    for step in range(max_new_tokens):
+        next_token = sample_next_token(logits[:, :vocab_size], temperature, top_k, top_p, generator)
+        yield next_token
+        if step == max_new_tokens - 1:
+            break
+        if context.size(1) == block_size:
+            context = torch.cat((context[:, slide:], next_token), dim=1)
+            if cache is not None:
+                cache.reset()
+            logits = prefill(model, context, cache)
+        else:
+            context = torch.cat((context, next_token), dim=1)
+            logits = model(context)[0][:, -1] if cache is None else decode(model, next_token, cache, decode_step)
+
+
+def prefill(model: GPT, context: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+    """Last-position logits (B, vocab_size) of context (B, T), cached; a prompt shared by all rows runs once."""
+    shared = cache is not None and context.size(0) > 1 and torch.equal(context, context[:1].expand_as(context))
+    if not shared:
+        return model(context, cache=cache)[0][:, -1]
+    logits = model(context[:1], cache=cache.first_row())[0][:, -1]
+    cache.copy_first_row(context.size(1))
+    return logits.expand(context.size(0), -1)
+
+
+def decode(model: GPT, token: torch.Tensor, cache: KVCache, decode_step: DecodeStep | None = None) -> torch.Tensor:
+    """Logits (B, vocab_size) of one new token (B, 1) per row after the cache, through decode_step (default
+    model.decode_step; or its compiled form); the checks run here, on the host, with no device sync."""
+    cache.check_room(token.size(0), 1)
+    model.check_positions(1, cache.length)
+    position = torch.full((1,), cache.length, dtype=torch.long, device=token.device)
+    logits = (decode_step or model.decode_step)(token, position, cache)
+    cache.length += 1
+    return logits
+
+
+def static_cache(model: GPT, batch_size: int) -> KVCache:
+    """An empty cache for the compiled decode step, kept for this model and reused by later calls.
+
+    Its tensors are buffers of the cache module, which torch.compile takes for static addresses: CUDA graphs
+    then write them in place.
+    """
+    cache, weight = _static_caches.get(model), model.lm_head.weight
+    if cache is None or (cache.batch_size, cache.max_length, cache.keys[0].device, cache.keys[0].dtype) != (
+            batch_size, model.config.block_size, weight.device, weight.dtype):
+        cache = _static_caches[model] = model.make_cache(batch_size)
+    cache.reset()
+    return cache
+
+
+@dataclass
+class PlainCache:
+    """What decode_step reads of a KVCache, in a plain object. Frozen graphs guard on the identity of a module's
+    buffers, so that the KVCache module itself would compile a graph for every new cache (measured)."""
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    max_length: int
+
+
+def compiled_decode_step(model: GPT) -> DecodeStep:
+    """model.decode_step compiled to one graph with fixed shapes; the first call per batch size compiles.
+
+    On CUDA with CUDA graphs (reduce-overhead), which replay the step's hundred small kernels as one launch. On the
+    CPU under no_grad, the weights are frozen into the graph (inductor's freezing) and packed for MKL's
+    matrix-vector products, which then beat plain F.linear (README, Speed). A frozen graph holds the weights it was
+    compiled with, so when this model's weights have changed since, every compiled graph is dropped
+    (torch.compiler.reset) and the step compiles again.
+    """
+    device = model.lm_head.weight.device
+    if device.type != "cpu":
+        mode = "reduce-overhead" if device.type == "cuda" else "default"
+        return torch.compile(model.decode_step, mode=mode, fullgraph=True, dynamic=False)
+    weights = [(t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers())]
+    if _frozen_weights.get(model, weights) != weights:
+        torch.compiler.reset()
+    _frozen_weights[model] = weights
+    step = torch.compile(model.decode_step, fullgraph=True, dynamic=False)
+    # torch.compile(options={"freezing": True}) does not freeze: dynamo decides whether to treat the parameters as
+    # constants from the global config while it traces (measured with torch 2.13), so the config is patched.
+    from torch._inductor import config as inductor_config  # imported with the compiler, not with the model
+
+    def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        # freezing is read when a graph compiles, on the first call: a config patch, not a global setting
+        with inductor_config.patch(freezing=True):
+            return step(token, position, PlainCache(cache.keys, cache.values, cache.max_length))
+
+    return frozen_step
+
+
+def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                      top_p: float | None = None,
+                      generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
+    """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy.
+
+    generator: one for the batch (its rows draw one after the other), or a list of one per row, so that a row
+    draws the same numbers whatever the batch holds.
+    """
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature={temperature} must be a finite number >= 0 (0 means greedy)")
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    probs = F.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
+    if not isinstance(generator, list):
+        return torch.multinomial(probs, num_samples=1, generator=generator)
+    if len(generator) != probs.size(0):
+        raise ValueError(f"{len(generator)} generators for a batch of {probs.size(0)} rows; give one per row")
+    return torch.cat([torch.multinomial(row, num_samples=1, generator=g)
+                      for row, g in zip(probs.split(1), generator, strict=True)])
+
+
+def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
+    """Set to -inf every logit outside the top_k, and outside the smallest set whose probability reaches top_p."""
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"top_k={top_k} must be >= 1")
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p={top_p} must be in (0, 1]")
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = F.softmax(sorted_logits, dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # a token stays while the tokens above it fall short of p
+        drop_sorted = mass_before >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
