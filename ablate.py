@@ -289,25 +289,33 @@ def headline_budget(ablate: AblateConfig, train_config: TrainConfig) -> int:
     return ablate.headline_budget or max(ablate.budgets, default=train_config.max_iters)
 
 
-def own_learning_rates(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
-                       cells: list[dict]) -> tuple[dict | None, int]:
-    """Train the learning-rate sweep (val only) and pick each cell's rate: ({"picks": {cell: rate}, "val":
-    {cell: {rate: [val loss per seed]}}, "runs": records}, 0), or (None, the signal) when one stopped it."""
-    configs = cell_configs(cells, train_config, model_config)
+def lr_sweep_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
+                  cells: list[dict]) -> list[dict]:
+    """The learning-rate sweep's runs (none without --lr_sweep): each cell at each rate, on the sweep's seeds."""
+    if not ablate.lr_sweep:
+        return []
     sweep_seeds = range(ablate.lr_sweep_first_seed, ablate.lr_sweep_first_seed + ablate.lr_sweep_seeds)
     budget = ablate.lr_sweep_budget or headline_budget(ablate, train_config)
-    plan = study_plan.sweep_plan(configs, ablate.lr_sweep, Path(ablate.study_dir), sweep_seeds, budget)
+    return study_plan.sweep_plan(cell_configs(cells, train_config, model_config), ablate.lr_sweep,
+                                 Path(ablate.study_dir), sweep_seeds, budget)
+
+
+def own_learning_rates(ablate: AblateConfig, plan: list[dict], cells: list[dict],
+                       block_size: int) -> tuple[dict | None, int]:
+    """Train the learning-rate sweep's plan (scored on val only) and pick each cell's rate: ({"picks": {cell:
+    rate}, "val": {cell: {rate: [val loss per seed]}}, "budget", "runs": records}, 0), or (None, the signal)
+    when one stopped it."""
     at_block = replace(ablate, eval_multipliers=[1.0], protocols=["nonoverlapping"])
-    records, stopped_by = train_and_evaluate(plan, at_block, train_config.progress)
+    records, stopped_by = train_and_evaluate(plan, at_block, plan[0]["train_config"].progress)
     if stopped_by:
         return None, stopped_by
-    block = str(model_config.block_size)
     val: dict[str, dict[float, list[float]]] = {cell_name(c): {lr: [] for lr in ablate.lr_sweep} for c in cells}
     for run, record in zip(plan, records, strict=True):
         assert record["eval"]["split"] == "val", "a choice must never see the test split"
-        loss = record["eval"]["protocols"]["nonoverlapping"][block]["loss"]
+        loss = record["eval"]["protocols"]["nonoverlapping"][str(block_size)]["loss"]
         val[run["cell"]][run["train_config"].learning_rate].append(loss)
-    return {"picks": study_plan.pick_learning_rates(val), "val": val, "budget": budget, "runs": records}, 0
+    return {"picks": study_plan.pick_learning_rates(val), "val": val, "budget": plan[0]["budget"],
+            "runs": records}, 0
 
 
 def own_rate_cells(cells: list[dict], picks: dict[str, float], common: float) -> list[dict]:
@@ -325,14 +333,12 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     cells = study_cells(ablate)
     plan = run_plan(ablate, train_config, model_config, cells)  # every cell checked before anything trains
     names = [cell_name(c) for c in cells]
+    sweep_plan = lr_sweep_plan(ablate, train_config, model_config, cells)  # the own rates' settings checked too
     check_before_training(ablate, plan, names)
-    if ablate.lr_sweep:
-        cell_configs([{**c, "learning_rate": lr} for c in cells for lr in ablate.lr_sweep], train_config,
-                     model_config)
     study_dir.mkdir(parents=True, exist_ok=True)
     sweep = None
-    if ablate.lr_sweep:
-        sweep, stopped_by = own_learning_rates(ablate, train_config, model_config, cells)
+    if sweep_plan:
+        sweep, stopped_by = own_learning_rates(ablate, sweep_plan, cells, model_config.block_size)
         if stopped_by:
             return {"interrupted": stopped_by}
         own = own_rate_cells(cells, sweep["picks"], train_config.learning_rate)
