@@ -22,6 +22,7 @@ from errors import UserError
 from files import atomic_files
 from gpt2_weights import GPT2_NAMES
 from model import GPT, GPTConfig
+from nanogpt import init_checkpoint, is_checkpoint, to_ours
 from parallel import full_model_state, full_optimizer_state, load_optimizer_state
 from tokenizer import check_description, tokenizer_difference
 
@@ -31,11 +32,13 @@ RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")  # wha
 
 def check_init_from(init_from: str, modes: tuple[str, ...]) -> None:
     """A ValueError unless init_from is one of the script's modes (train: scratch, resume; sample: resume), a
-    GPT-2 name or a local folder."""
+    GPT-2 name, a local folder or a checkpoint file (nanoGPT's or ours)."""
     known = (*modes, *GPT2_NAMES)
-    if init_from.removeprefix("openai-community/") not in known and not Path(init_from).is_dir():
-        raise ValueError(f"init_from={init_from!r} must be one of {', '.join(known)}, or a local folder "
-                         "holding a Hugging Face GPT-2 (config.json and model.safetensors)")
+    if init_from.removeprefix("openai-community/") not in known and not Path(init_from).is_dir() \
+            and init_checkpoint(init_from) is None:
+        raise ValueError(f"init_from={init_from!r} must be one of {', '.join(known)}, a local folder "
+                         "holding a Hugging Face GPT-2 (config.json and model.safetensors), or a checkpoint: a "
+                         "ckpt.pt (nanoGPT's or ours) or the out_dir that holds it")
 
 
 def all_finite(tensors) -> bool:
@@ -72,6 +75,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise UserError(f"{path} is truncated, damaged or not a checkpoint (UnpicklingError)") from None
     except Exception as e:  # torch.load on arbitrary bytes fails in many ways (zip, pickle, EOF, decoding)
         raise UserError(f"{path} is truncated, damaged or not a checkpoint ({type(e).__name__})") from None
+    if is_checkpoint(state):
+        state = to_ours(state, path)
     missing = [key for key in ("model_args", "model", "tokenizer") if not isinstance(state, dict) or key not in state]
     if missing:
         raise UserError(f"{path} is not a checkpoint of this repo: it lacks {', '.join(map(repr, missing))}")
@@ -171,7 +176,8 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
     state = load_checkpoint(path)
     missing = [key for key in RESUME_KEYS if key not in state]
     if missing:
-        raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (weights only, like best.pt)")
+        raise UserError(f"{path} cannot be resumed: it lacks {', '.join(missing)} (weights only, like best.pt, "
+                        "or nanoGPT's: --init_from=PATH continues it in a new --out_dir)")
     difference = tokenizer_difference(state["tokenizer"], data_description)
     if difference:
         raise UserError(f"{path} was trained on other token ids than dataset={dataset!r} holds: "
@@ -201,3 +207,16 @@ def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimize
     except (ValueError, KeyError, TypeError, RuntimeError) as e:  # only the file's content can cause these here
         raise UserError(f"{path}: the optimizer or random state does not fit the model ({type(e).__name__}: "
                         f"{str(e)[:200]})") from None
+
+
+def checkpoint_model(path: Path, model_config: GPTConfig, data_description: dict) -> tuple[GPT, dict]:
+    """The model of another run's checkpoint (nanoGPT's or ours) to train in this out_dir, and the checkpoint."""
+    state = load_checkpoint(path)
+    difference = tokenizer_difference(state["tokenizer"], data_description)
+    if difference:
+        raise UserError(f"{path} was trained on other token ids than this dataset holds: {difference}; train it on "
+                        "its own data (for a nanoGPT char model, its data folder with meta.pkl)")
+    model = model_from_checkpoint(state, path, dropout=model_config.dropout)
+    if model_config.block_size < model.config.block_size:
+        model.crop_block_size(model_config.block_size)
+    return model, state

@@ -11,6 +11,7 @@ import torch
 
 from errors import OfflineError, UserError
 from files import atomic_files, replace_files
+from nanogpt import is_data_folder
 from tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
 
 REPO_ROOT = Path(__file__).resolve().parent
@@ -121,7 +122,7 @@ def resolve_data_dir(dataset: str) -> Path:
     path = Path(dataset)
     if not path.is_dir():
         path = REPO_ROOT / "data" / dataset
-    if not (path / TOKENIZER_FILE).is_file():
+    if not (path / TOKENIZER_FILE).is_file() and not is_data_folder(path):
         raise UserError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing; run "
                         f"python data/{path.name}/prepare.py (or give --dataset=PATH to a prepared folder)")
     return path

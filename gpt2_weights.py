@@ -42,7 +42,8 @@ def export_hf(model: GPT, directory: str | os.PathLike) -> None:
     c = model.config
     hf_config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
                  "n_positions": c.block_size, "n_ctx": c.block_size, "n_embd": c.n_embd, "n_layer": c.n_layer,
-                 "n_head": c.n_head, "n_inner": None, "activation_function": "gelu_new",
+                 "n_head": c.n_head, "n_inner": None,
+                 "activation_function": "gelu_new" if c.gelu == "tanh" else "gelu",  # gelu: transformers' erf
                  "resid_pdrop": c.dropout, "embd_pdrop": c.dropout, "attn_pdrop": c.dropout,
                  "layer_norm_epsilon": 1e-5, "initializer_range": 0.02, "tie_word_embeddings": True,
                  # GPT-2's <|endoftext|>, where the vocabulary has it

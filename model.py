@@ -36,6 +36,7 @@ class GPTConfig:
     rope_base: float = 10000.0  # rotary angle base: features i, i+head_dim/2 turn by pos * base^(-2i/head_dim)
     t5_num_buckets: int = 32  # t5: distance buckets, half exact distances, half log-spaced (T5's default)
     t5_max_distance: int = 128  # t5: distances from here on share the last bucket (T5's default)
+    gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
 
     def __post_init__(self) -> None:
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
@@ -49,6 +50,8 @@ class GPTConfig:
         for name in ("sinusoidal_amplitude", "rope_base"):
             if not getattr(self, name) > 0:  # also catches NaN
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0")
+        if self.gelu not in ("tanh", "erf"):
+            raise ValueError(f"gelu={self.gelu!r} must be tanh or erf")
         if not self.learned_init_std >= 0:
             raise ValueError(f"learned_init_std={self.learned_init_std} must be >= 0")
 
@@ -259,9 +262,10 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.gelu = gelu_tanh if config.gelu == "tanh" else F.gelu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(gelu_tanh(self.c_fc(x))))
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
 class Block(nn.Module):

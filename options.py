@@ -1,7 +1,8 @@
 """One option parser for every script: config files and --key=value flags into dataclasses.
 
 nanoGPT-compatible: `python train.py config/some_file.py --batch_size=32 --compile=False`. A config file is
-plain Python assignments (`n_layer = 4`, `max_iters = 5000 * 2`), read with the ast module, never executed.
+plain Python assignments (`n_layer = 4`, `max_iters = 5000 * 2`), read with the ast module, never executed;
+a first line `base_config = "other.py"` (relative to the file's folder) reads that file first.
 Each dataclass field is documented by the comment on its line; `--help` prints those comments.
 """
 
@@ -12,6 +13,7 @@ import inspect
 import operator
 import re
 import sys
+import time
 import types
 import typing
 from pathlib import Path
@@ -132,44 +134,110 @@ def _check_size(value: object) -> object:
     return value
 
 
-def _evaluate(node: ast.AST, names: dict[str, object]) -> object:
+# What nanoGPT's config files use beyond literals and arithmetic (its finetune_shakespeare.py names its run
+# 'ft-' + str(time.time())): the modules a file may import, the calls it may make. Nothing else is callable.
+_MODULES = {"time"}
+_CALLS = {("time", "time"): lambda: time.time(), (None, "str"): str}
+
+
+def _call(node: ast.Call, names: dict[str, object], imported: set[str]) -> object:
+    function = node.func
+    if isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name) \
+            and function.value.id in imported:
+        key = (function.value.id, function.attr)
+    else:
+        key = (None, function.id) if isinstance(function, ast.Name) and function.id not in names else None
+    if key not in _CALLS or node.keywords:
+        raise SyntaxError(f"{ast.unparse(node)}: the only calls allowed are time.time() (after import time) "
+                          "and str(value)")
+    return _check_size(_CALLS[key](*(_evaluate(arg, names, imported) for arg in node.args)))
+
+
+def _evaluate(node: ast.AST, names: dict[str, object], imported: set[str] = frozenset()) -> object:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name) and node.id in names:
         return names[node.id]
     if isinstance(node, (ast.List, ast.Tuple)):
-        return [_evaluate(item, names) for item in node.elts]
+        return [_evaluate(item, names, imported) for item in node.elts]
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        left, right = _evaluate(node.left, names), _evaluate(node.right, names)
+        left, right = _evaluate(node.left, names, imported), _evaluate(node.right, names, imported)
         _check_cost(node.op, left, right)
         return _check_size(_OPERATORS[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.operand, names))
+        return _OPERATORS[type(node.op)](_evaluate(node.operand, names, imported))
+    if isinstance(node, ast.Call):
+        return _call(node, names, imported)
     raise SyntaxError(f"{ast.unparse(node)}: only literals, arithmetic and names assigned above are allowed")
 
 
-def read_config_file(path: str) -> dict[str, object]:
-    """The assignments of a config file, in order. Literals, arithmetic and earlier names are allowed."""
+BASE_KEY = "base_config"  # `base_config = "other.py"`, first: this file's lines change that file's values
+
+
+def _parse(path: str) -> ast.Module:
     file = Path(path)
     if not file.is_file():
         raise OptionError(f"config file {path!r} does not exist")
     try:
-        tree = ast.parse(file.read_text(encoding="utf-8"), filename=path)
+        return ast.parse(file.read_text(encoding="utf-8"), filename=path)
     except SyntaxError as e:
         raise OptionError(f"{path}:{e.lineno}: {e.msg}") from None
+
+
+def _base_path(path: str, statement: ast.stmt, value: object, chain: tuple[str, ...]) -> str:
+    """The file a base_config line names, relative to the folder of the file that names it."""
+    where = f"{path}:{statement.lineno}"
+    if not isinstance(value, str):
+        raise OptionError(f"{where}: {BASE_KEY}={value!r} must be a file name in quotes, e.g. "
+                          f"{BASE_KEY} = \"train_shakespeare_char_cpu.py\"")
+    base = Path(path).parent / value
+    if not base.is_file():
+        raise OptionError(f"{where}: {BASE_KEY}={value!r}: {base} does not exist (the name is relative to the "
+                          f"folder of {Path(path).name})")
+    if base.resolve() in {Path(p).resolve() for p in chain}:
+        cycle = " -> ".join(Path(p).name for p in (*chain, str(base)))
+        raise OptionError(f"{where}: {BASE_KEY}={value!r} makes a cycle ({cycle}); a base config cannot build "
+                          "on the files that build on it")
+    return str(base)
+
+
+def read_config_file(path: str) -> dict[str, object]:
+    """The assignments of a config file, in order, over those of its base config if it names one.
+
+    Literals, arithmetic, earlier names (the base's included), `import time`, time.time() and str() are allowed.
+    """
+    return _read(path, ())
+
+
+def _read(path: str, chain: tuple[str, ...]) -> dict[str, object]:
+    chain = (*chain, path)
     values: dict[str, object] = {}
-    for statement in tree.body:
+    imported: set[str] = set()
+    assignments = 0
+    for statement in _parse(path).body:
         if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
             continue  # a docstring
+        if isinstance(statement, ast.Import) and all(a.name in _MODULES and a.asname is None for a in statement.names):
+            imported.update(a.name for a in statement.names)
+            continue
         target = statement.targets[0] if isinstance(statement, ast.Assign) and len(statement.targets) == 1 else None
         if not isinstance(target, ast.Name):
-            raise OptionError(f"{path}:{statement.lineno}: a config file holds only `name = value` lines")
+            raise OptionError(f"{path}:{statement.lineno}: a config file holds only `name = value` lines (and "
+                              "`import time`)")
         try:
-            values[target.id] = _evaluate(statement.value, values)
+            value = _evaluate(statement.value, values, imported)
         except OverflowError:
             raise OptionError(f"{path}:{statement.lineno}: {target.id}: the value overflows") from None
         except (SyntaxError, ValueError, TypeError, ArithmeticError) as e:
             raise OptionError(f"{path}:{statement.lineno}: {target.id}: {e}") from None
+        assignments += 1
+        if target.id != BASE_KEY:
+            values[target.id] = value
+        elif assignments > 1:
+            raise OptionError(f"{path}:{statement.lineno}: {BASE_KEY} must be the first assignment, so that "
+                              "every line after it changes the base's values")
+        else:
+            values = _read(_base_path(path, statement, value, chain), chain)
     return values
 
 

@@ -19,6 +19,7 @@ from devices import autocast_context, choose_device, choose_dtype
 from errors import UserError, main_guard
 from generate import generate_stream
 from model import GPT
+from nanogpt import init_checkpoint
 from options import parse_options
 from tokenizer import GPT2Tokenizer, Tokenizer, from_description
 
@@ -26,7 +27,7 @@ from tokenizer import GPT2Tokenizer, Tokenizer, from_description
 @dataclass
 class SampleConfig:
     out_dir: str = "out"  # the training run to sample from: its best.pt, else its ckpt.pt
-    init_from: str = "resume"  # resume (a checkpoint in out_dir) | gpt2, gpt2-medium, ... | a local HF GPT-2 dir
+    init_from: str = "resume"  # resume (a checkpoint in out_dir) | gpt2, ... | a local HF GPT-2 dir | a ckpt.pt
     start: str = "\n"  # the prompt, or FILE:path to read it from a file; empty: end-of-text (BPE) / newline (char)
     num_samples: int = 3  # samples, generated together as one batch
     max_new_tokens: int = 500  # tokens generated per sample
@@ -59,8 +60,11 @@ class SampleConfig:
 def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
     """A model and the tokenizer its data was made with: the run's best.pt, or its ckpt.pt where best.pt is
     missing or unreadable (then said on stderr)."""
-    if init_from != "resume":
+    if init_from != "resume" and init_checkpoint(init_from) is None:
         return load_pretrained(init_from), GPT2Tokenizer()
+    if init_from != "resume":  # a checkpoint named by its file or folder: nanoGPT's ckpt.pt, or ours
+        model, state = read_checkpoint(init_checkpoint(init_from))
+        return model, from_description(state["tokenizer"])
     run = Path(out_dir)
     if run.exists() and not run.is_dir():
         raise UserError(f"out_dir={out_dir!r} is a file, not a run folder")

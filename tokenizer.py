@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from errors import OfflineError, UserError
+from nanogpt import data_description, is_data_folder
 
 TOKENIZER_FILE = "tokenizer.json"
 # The files of a prepared dataset, in the order they are replaced: tokenizer.json last, as it says what the .bin hold.
@@ -129,6 +130,8 @@ def read_description(data_dir: str | os.PathLike) -> dict:
     """The tokenizer.json of a prepared data folder: tokenizer kind, vocab_size, token dtype, split sizes."""
     path = Path(data_dir) / TOKENIZER_FILE
     rerun = f"run the dataset's prepare.py (python data/{Path(data_dir).name}/prepare.py)"
+    if not path.is_file() and is_data_folder(data_dir):  # read as it is, meta.pkl for characters
+        return check_description(data_description(data_dir), f"{data_dir} (a nanoGPT data folder)")
     if not path.is_file():
         raise UserError(f"{path} does not exist: {rerun} first")
     try:

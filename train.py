@@ -28,6 +28,7 @@ from checkpoint import (
     best_subset,
     check_init_from,
     checkpoint_dict,
+    checkpoint_model,
     load_for_resume,
     load_pretrained,
     random_state,
@@ -39,6 +40,7 @@ from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from errors import UserError, main_guard
 from memory import parameter_counts, training_state_bytes
 from model import GPT, GPTConfig
+from nanogpt import continue_training, init_checkpoint
 from options import parse_options_and_choices
 from parallel import (
     PARALLELS,
@@ -62,7 +64,7 @@ from tokenizer import from_description, read_description, token_byte_counts
 class TrainConfig:
     out_dir: str = "out"  # checkpoints (ckpt.pt: latest, for resume; best.pt: lowest val loss) and metrics.jsonl
     dataset: str = "python_docs_char"  # a prepared folder under data/ (run its prepare.py), or a path to one
-    init_from: str = "scratch"  # scratch | resume (out_dir/ckpt.pt) | gpt2, gpt2-medium, ... | a local HF GPT-2 dir
+    init_from: str = "scratch"  # scratch | resume (out_dir/ckpt.pt) | gpt2, ... | a local HF GPT-2 dir | a ckpt.pt
     overwrite: bool = False  # let a new run (init_from other than resume) replace the run already in out_dir
     eval_interval: int = 250  # iterations between train/val loss estimates and checkpoints
     eval_iters: int = 200  # batches per loss estimate (the same batches every time)
@@ -178,6 +180,8 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         shards = int(os.environ.get("WORLD_SIZE", "1")) if config.parallel == "fsdp" else 1
         check_model_fits(model_config, choose_device(config.device), shards)
         return GPT(model_config), None
+    if init_checkpoint(config.init_from) is not None:
+        return checkpoint_model(init_checkpoint(config.init_from), model_config, data_description)
     if model_config.pos_encoding != "learned":
         raise UserError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
                         f"pos_encoding={model_config.pos_encoding!r}; set pos_encoding=learned or init_from=scratch")
@@ -268,9 +272,11 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
               wrapped, optimizer, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
               torch.Generator().manual_seed(config.seed), MetricsLog(None, True),
               estimate_bytes(splits, config, model.config.block_size, data_description))
-    if resumed is not None:
+    if resumed is not None and config.init_from == "resume":
         run.iter_num, run.best_val_loss = restore(resumed, model, optimizer, run.batch_generator, device,
                                                   run.out_dir / "ckpt.pt")
+    elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
+        continue_training(run, resumed, init_checkpoint(config.init_from))
     if run.master:
         run.log = open_metrics_log(run)
         print(f"{model.get_num_params():,} parameters, pos_encoding={model.config.pos_encoding}, device={device}, "

@@ -4,6 +4,7 @@
 # 84.9 min of training and 25.9 min of evaluation (sums over runs), 82 min of wall time in two processes.
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_positions.py
+base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-positions"
 variants = ["learned", "sinusoidal sinusoidal_amplitude=0.1", "sinusoidal sinusoidal_amplitude=1.0", "rope",
             "alibi", "none"]
@@ -17,23 +18,6 @@ reference = "learned"
 # One thread: on a 2-core CPU shared with other jobs, two OpenMP threads ran 1.5-4x slower than one (measured).
 threads = 1
 
-dataset = "shakespeare_char"
 eval_interval = 200
-eval_iters = 20
-log_interval = 10
-device = "cpu"
-compile = False
-
-batch_size = 12
-n_layer = 4
-n_head = 4
-n_embd = 128
-block_size = 64
-dropout = 0.0
-
-learning_rate = 1e-3
 max_iters = 1000
 lr_decay_iters = max_iters
-min_lr = 1e-4
-beta2 = 0.99
-warmup_iters = 100

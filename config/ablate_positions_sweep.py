@@ -3,6 +3,7 @@
 # study's steps: all that the 2-core CPU's time allowed next to the study itself (about 25 minutes).
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_positions_sweep.py
+base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-positions-sweep"
 variants = []
 grid = "pos_encoding=sinusoidal; sinusoidal_amplitude=0.005,0.02,0.1,0.3,1.0"
@@ -14,23 +15,6 @@ eval_batch_size = 64
 # One thread: on a 2-core CPU shared with other jobs, two OpenMP threads ran 1.5-4x slower than one (measured).
 threads = 1
 
-dataset = "shakespeare_char"
 eval_interval = 100
-eval_iters = 20
-log_interval = 10
-device = "cpu"
-compile = False
-
-batch_size = 12
-n_layer = 4
-n_head = 4
-n_embd = 128
-block_size = 64
-dropout = 0.0
-
-learning_rate = 1e-3
 max_iters = 500  # half the position study's budget
 lr_decay_iters = max_iters
-min_lr = 1e-4
-beta2 = 0.99
-warmup_iters = 100

@@ -9,6 +9,7 @@ import dataclasses
 import importlib
 import inspect
 import io
+import re
 import runpy
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import options
 from errors import OptionError
 from model import GPTConfig
 from options import field_docs, parse_options, read_config_file
@@ -206,7 +208,7 @@ def test_nanogpt_style_command_line():
     argv = [str(REPO / config_file), "--device=cpu", "--compile=False", "--block_size=64", "--batch_size=8",
             "--max_iters=300", "--lr_decay_iters=300", "--dropout=0.1"]
     train_config, model_config = parse_options(argv, (TrainConfig, GPTConfig), prog="train.py", description="")
-    expected = {k: v for k, v in runpy.run_path(str(REPO / config_file)).items() if not k.startswith("__")}
+    expected = executed_with_bases(REPO / config_file)
     expected.update(device="cpu", compile=False, block_size=64, batch_size=8, max_iters=300, lr_decay_iters=300,
                     dropout=0.1)
     chosen = {**dataclasses.asdict(train_config), **dataclasses.asdict(model_config)}
@@ -229,8 +231,119 @@ def test_every_config_file_parses_to_what_python_makes_of_it(path):
     sections = config_sections(path)
     instances = parse_options([str(path)], sections, prog="x.py", description="")
     chosen = {k: v for instance in instances for k, v in dataclasses.asdict(instance).items()}
-    expected = {k: v for k, v in runpy.run_path(str(path)).items() if not k.startswith("__")}
+    expected = executed_with_bases(path)
     assert {k: chosen[k] for k in expected} == expected
+
+
+def executed_with_bases(path: Path) -> dict[str, object]:
+    """What Python makes of a config file run after the base it names (itself run the same way): the reference
+    for base_config, independent of the reader."""
+    base = re.search(r'^base_config = "(.+?)"', path.read_text(), re.M)
+    start = executed_with_bases(path.parent / base.group(1)) if base else {}
+    executed = runpy.run_path(str(path), init_globals=start)
+    return {k: v for k, v in executed.items() if not k.startswith("__") and k not in ("base_config", "time")}
+
+
+def test_every_config_file_is_its_flattened_text():
+    """A config naming a base reads as the base's text followed by its own lines (the files before bases)."""
+    for path in sorted((REPO / "config").glob("*.py")):
+        text = path.read_text()
+        base = re.search(r'^base_config = "(.+?)".*\n', text, re.M)
+        if base:
+            flat = Path(str(path) + ".flat")
+            try:
+                flat.write_text((path.parent / base.group(1)).read_text() + text.replace(base.group(0), ""))
+                assert read_config_file(str(path)) == read_config_file(str(flat)), path.name
+            finally:
+                flat.unlink()
+
+
+def test_the_baby_model_is_written_once():
+    """Its shape is set in config/baby_cpu.py alone; the CPU configs and the studies name it as their base."""
+    setting_files = [p.name for p in (REPO / "config").glob("*.py")
+                     if re.search(r"^n_embd = 128$", p.read_text(), re.M)]
+    assert setting_files == ["baby_cpu.py"]
+    for name in ("train_shakespeare_char_cpu.py", "train_python_docs_char.py", "ablate_positions.py",
+                 "ablate_positions_sweep.py", "ablate_init_std.py", "ablate_dtype.py"):
+        assert read_config_file(str(REPO / "config" / name))["n_embd"] == 128
+
+
+# ---- base configs -------------------------------------------------------------------------------------------
+
+
+def test_base_config_is_read_first_relative_to_the_files_folder(tmp_path):
+    (tmp_path / "bases").mkdir()
+    write(tmp_path / "bases", "root.py", "count = 5\nrate = 0.5\nname = 'root'\n")
+    write(tmp_path / "bases", "middle.py", 'base_config = "root.py"\nrate = 0.25\n')
+    path = write(tmp_path, "study.py", '# a comment\nbase_config = "bases/middle.py"  # why\n'
+                                       "limit = count * 2  # a name the base assigned\nname = name + '-study'\n")
+    assert read_config_file(path) == {"count": 5, "rate": 0.25, "name": "root-study", "limit": 10}
+    assert parse([path]) == Demo(count=5, rate=0.25, name="root-study", limit=10)
+    assert read_config_file(path) == executed_with_bases(Path(path))  # what Python makes of base then file
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"a.py": 'base_config = "a.py"\n'}, r"a\.py:1: base_config='a\.py' makes a cycle \(a\.py -> a\.py\)"),
+    ({"a.py": 'base_config = "b.py"\n', "b.py": 'count = 1\nbase_config = "a.py"\n'}, r"b\.py:2: base_config must"),
+    ({"a.py": 'base_config = "b.py"\n', "b.py": 'base_config = "c.py"\n', "c.py": 'base_config = "a.py"\n'},
+     r"c\.py:1: base_config='a\.py' makes a cycle \(a\.py -> b\.py -> c\.py -> a\.py\)"),
+    ({"a.py": 'base_config = "gone.py"\n'}, r"a\.py:1: base_config='gone\.py': .*gone\.py does not exist"),
+    ({"a.py": "base_config = 3\n"}, r"a\.py:1: base_config=3 must be a file name in quotes"),
+    ({"a.py": 'count = 1\nbase_config = "b.py"\n', "b.py": ""}, r"a\.py:2: base_config must be the first"),
+])
+def test_base_config_cycles_missing_and_misplaced_bases_are_one_line(tmp_path, files, message):
+    for name, text in files.items():
+        write(tmp_path, name, text)
+    with pytest.raises(OptionError, match=message) as error:
+        parse([str(tmp_path / "a.py")])
+    assert "\n" not in str(error.value)
+
+
+# ---- nanoGPT's config files ---------------------------------------------------------------------------------
+
+# Written here in the style of nanoGPT's config/ folder: every construct its files use (import time, time.time(),
+# str(), string concatenation, arithmetic, exponent literals, comments), and the settings they set.
+NANOGPT_STYLE = {
+    "finetune.py": "import time\n\nout_dir = 'out-ft'\neval_interval = 5\nwandb_log = False # on if you like\n"
+                   "wandb_project = 'ft'\nwandb_run_name = 'ft-' + str(time.time())\ndataset = 'shakespeare'\n"
+                   "init_from = 'gpt2-xl' # the largest\nalways_save_checkpoint = False\nbatch_size = 1\n"
+                   "gradient_accumulation_steps = 32\nmax_iters = 20\nlearning_rate = 3e-5\ndecay_lr = False\n",
+    "train.py": "# comments first\n\nwandb_log = True\nwandb_project = 'owt'\nwandb_run_name='gpt2-124M'\n"
+                "batch_size = 12\nblock_size = 1024\ngradient_accumulation_steps = 5 * 8\nmax_iters = 600000\n"
+                "lr_decay_iters = 600000\neval_interval = 1000\neval_iters = 200\nlog_interval = 10\n"
+                "weight_decay = 1e-1\n",
+    "eval.py": "# evaluate\n# n_layer=12\nbatch_size = 8\neval_iters = 500 # more\neval_only = True\n"
+               "wandb_log = False\ninit_from = 'gpt2'\n",
+    "char.py": "out_dir = 'out-c'\neval_interval = 250 # keep frequent\nalways_save_checkpoint = False\n"
+               "wandb_run_name = 'mini-gpt'\ndataset = 'shakespeare_char'\nbatch_size = 64\nblock_size = 256\n"
+               "n_layer = 6\nn_head = 6\nn_embd = 384\ndropout = 0.2\nlearning_rate = 1e-3\nmin_lr = 1e-4\n"
+               "beta2 = 0.99\nwarmup_iters = 100\n# device = 'cpu'\n",
+}
+
+
+@pytest.mark.parametrize("name", NANOGPT_STYLE)
+def test_nanogpt_config_files_read_as_python_runs_them(tmp_path, monkeypatch, name):
+    import time
+
+    monkeypatch.setattr(time, "time", lambda: 1700000000.123456)
+    path = write(tmp_path, name, NANOGPT_STYLE[name])
+    executed = {}
+    exec(NANOGPT_STYLE[name], executed)  # the independent reference, in the test only
+    expected = {k: v for k, v in executed.items() if not k.startswith("__") and k != "time"}
+    assert read_config_file(path) == expected
+    chosen = options.chosen_values([path], (TrainConfig, GPTConfig))  # every name is one of our settings
+    assert chosen == expected
+
+
+@pytest.mark.parametrize("line", [
+    "import os", "import time as clock\ncount = 1", "from time import time", "count = time.time()",
+    "import time\ncount = time.sleep(1)", "import time\ncount = time.time(1)", "count = str(1, 2)",
+    "count = len('ab')", "str = 1\ncount = str(2)", "count = str(x=1)",
+])
+def test_nanogpt_constructs_go_no_further(tmp_path, line):
+    path = write(tmp_path, "c.py", f"rate = 0.1\n{line}\n")
+    with pytest.raises(OptionError, match=rf"{path}:\d+: "):
+        read_config_file(path)
 
 
 # ---- doc comments and --help --------------------------------------------------------------------------------

@@ -1,0 +1,160 @@
+"""nanoGPT's files as they are: its checkpoints (out_dir/ckpt.pt) and its data folders (train.bin, val.bin and,
+for characters, meta.pkl), read into this repo's formats. Nothing here writes to them.
+
+A nanoGPT checkpoint is a dict of `model` (its state dict, keys under `transformer.`, with `_orig_mod.` in front
+where it was compiled), `optimizer`, `model_args` (n_layer, n_head, n_embd, block_size, bias, vocab_size, dropout),
+`iter_num`, `best_val_loss` and `config` (its train.py's settings, `dataset` among them). Its architecture is ours
+with pos_encoding=learned and the exact (erf) GELU of torch's nn.GELU, which nanoGPT uses where GPT-2 used tanh.
+"""
+
+import pickle
+from pathlib import Path
+
+from errors import UserError
+
+MODEL_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout")
+GPT2_VOCAB_SIZE = 50257  # tiktoken's GPT-2 encoding; nanoGPT's models pad it to 50304 rows, as ours do
+
+
+def is_checkpoint(state: object) -> bool:
+    """Whether a loaded checkpoint is nanoGPT's: model_args and model, no tokenizer, keys under transformer."""
+    return (isinstance(state, dict) and "tokenizer" not in state and isinstance(state.get("model_args"), dict)
+            and isinstance(state.get("model"), dict)
+            and any(str(key).removeprefix("_orig_mod.").startswith("transformer.") for key in state["model"]))
+
+
+def init_checkpoint(init_from: str) -> Path | None:
+    """The checkpoint an init_from names: a .pt file, or a run folder holding ckpt.pt (nanoGPT's out_dir or
+    ours); None for anything else (scratch, resume, a GPT-2 name, a Hugging Face folder)."""
+    path = Path(init_from)
+    if path.is_file() and path.suffix == ".pt":
+        return path
+    if path.is_dir() and (path / "ckpt.pt").is_file() and not (path / "config.json").is_file():
+        return path / "ckpt.pt"
+    return None
+
+
+def our_key(key: str) -> str:
+    """nanoGPT's state-dict key -> ours (transformer.h.0.attn.c_attn.weight -> blocks.0.attn.c_attn.weight)."""
+    key = key.removeprefix("_orig_mod.")
+    if key in ("transformer.wte.weight", "transformer.wpe.weight"):
+        return "input_layer." + key.split(".")[1]
+    return key.replace("transformer.h.", "blocks.", 1).removeprefix("transformer.")
+
+
+def to_ours(state: dict, path: Path) -> dict:
+    """A nanoGPT checkpoint as one of ours: settings, weights, tokenizer, and what continuing it needs."""
+    args = state["model_args"]
+    unknown, missing = sorted(set(args) - set(MODEL_ARGS)), [name for name in MODEL_ARGS if name not in args]
+    missing += [name for name in MODEL_ARGS[:4] + ("vocab_size",) if name in args and type(args[name]) is not int]
+    if unknown or missing:
+        raise UserError(f"{path}: its model_args are not nanoGPT's {', '.join(MODEL_ARGS)} (unknown {unknown}, "
+                        f"missing or not an int {missing}): a checkpoint of a changed nanoGPT cannot be read here")
+    model_args = {**args, "pos_encoding": "learned", "gelu": "erf"}  # the types are checked with ours
+    # .attn.bias is the causal mask nanoGPT keeps where torch lacks flash attention: a buffer, not a weight.
+    weights = {our_key(key): tensor for key, tensor in state["model"].items() if not key.endswith(".attn.bias")}
+    ours = {"model_args": model_args, "model": weights, "tokenizer": checkpoint_tokenizer(state, path, args)}
+    if isinstance(state.get("optimizer"), dict):
+        try:  # best_val_loss is a 0-d tensor: nanoGPT's estimate_loss returns tensors
+            ours.update(optimizer=state["optimizer"], iter_num=int(state.get("iter_num", 0)),
+                        best_val_loss=float(state.get("best_val_loss", float("inf"))))
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise UserError(f"{path}: iter_num or best_val_loss is not a number ({e})") from None
+    return ours
+
+
+def checkpoint_tokenizer(state: dict, path: Path, args: dict) -> dict:
+    """The meta.pkl of the dataset its config names, where nanoGPT's sample.py looks (data/<dataset>/ in the
+    folder it runs in) or beside its out_dir; else GPT-2's BPE, as nanoGPT's sample.py assumes."""
+    dataset = state.get("config", {}).get("dataset") if isinstance(state.get("config"), dict) else None
+    places = [Path("data", dataset, "meta.pkl"), path.parent.parent / "data" / dataset / "meta.pkl"] \
+        if isinstance(dataset, str) and dataset else []
+    meta = next((place for place in places if place.is_file()), None)
+    if meta is not None:
+        return char_tokenizer(read_meta(meta), meta)
+    if args["vocab_size"] < GPT2_VOCAB_SIZE:
+        looked = ", ".join(map(str, places)) or "nowhere: its config names no dataset"
+        raise UserError(f"{path}: its model has vocab_size={args['vocab_size']}, fewer than GPT-2's "
+                        f"{GPT2_VOCAB_SIZE}, but no meta.pkl of its dataset was found (looked at {looked}); run from "
+                        "the folder that holds data/<dataset>/meta.pkl, as nanoGPT's sample.py does")
+    return {"kind": "gpt2", "vocab_size": GPT2_VOCAB_SIZE}
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, tuples, strings and numbers only: every other object (and so every call a pickle
+    can make) needs find_class, which refuses."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"it asks for {module}.{name}")
+
+
+def read_meta(path: Path) -> dict:
+    """nanoGPT's meta.pkl, loaded without running anything it holds."""
+    try:
+        with path.open("rb") as file:
+            meta = _PlainUnpickler(file).load()
+    except Exception as e:  # a damaged pickle fails in many ways (EOF, bad opcode, refused object, overflow)
+        raise UserError(f"{path} holds more than plain dicts, lists, strings and numbers, or is damaged "
+                        f"({type(e).__name__}: {e}); refusing it. nanoGPT's prepare.py writes it again") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{path} is not nanoGPT's meta.pkl: it holds a {type(meta).__name__}, not a dict")
+    return meta
+
+
+def char_tokenizer(meta: dict, path: Path) -> dict:
+    """Our description of meta.pkl's character vocabulary: id i is the character itos[i]."""
+    itos, vocab_size = meta.get("itos"), meta.get("vocab_size")
+    if not (isinstance(itos, dict) and type(vocab_size) is int and sorted(itos) == list(range(vocab_size))
+            and all(isinstance(c, str) and len(c) == 1 for c in itos.values())
+            and len(set(itos.values())) == vocab_size):
+        raise UserError(f"{path}: itos is not a character vocabulary (ids 0..vocab_size-1, each a distinct "
+                        "character): only nanoGPT's shakespeare_char-style meta.pkl can be read")
+    return {"kind": "char", "chars": "".join(itos[i] for i in range(vocab_size)), "vocab_size": vocab_size}
+
+
+def is_data_folder(path: Path) -> bool:
+    """A nanoGPT data folder: train.bin and val.bin without our tokenizer.json."""
+    path = Path(path)
+    return (path / "train.bin").is_file() and (path / "val.bin").is_file() and not (path / "tokenizer.json").exists()
+
+
+def data_description(path: Path) -> dict:
+    """Our tokenizer.json's content for a nanoGPT data folder: meta.pkl's characters, else GPT-2's BPE; its
+    prepare.py writes uint16 tokens."""
+    path = Path(path)
+    meta = path / "meta.pkl"
+    tokens = char_tokenizer(read_meta(meta), meta) if meta.is_file() else {"kind": "gpt2",
+                                                                           "vocab_size": GPT2_VOCAB_SIZE}
+    counts = {f"{split}_tokens": (path / f"{split}.bin").stat().st_size // 2 for split in ("train", "val")}
+    return {**tokens, "dtype": "uint16", **counts, "source": f"nanoGPT data folder {path}"}
+
+
+def optimizer_state_fits(saved: object, optimizer) -> bool:
+    """Whether a saved AdamW state has the groups, the parameter count and the moment shapes of optimizer."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not isinstance(saved, dict) or [len(g["params"]) for g in saved.get("param_groups", [])] != [
+            len(g["params"]) for g in optimizer.param_groups]:
+        return False
+    return all(type(i) is int and 0 <= i < len(params) and tuple(moments["exp_avg"].shape) == tuple(params[i].shape)
+               for i, moments in saved.get("state", {}).items() if "exp_avg" in moments)
+
+
+def continue_training(run, state: dict, source: Path) -> None:
+    """Carry on the run a checkpoint came from (its AdamW moments, step and best val loss) where its optimizer
+    state fits the optimizer built here; else the weights alone are trained from step 0, as a finetune."""
+    from parallel import load_optimizer_state  # here: tokenizer.py reads data folders through this module, torch-free
+
+    saved, optimizer = state.get("optimizer"), run.optimizer
+    if not optimizer_state_fits(saved, optimizer):
+        print(f"{source}: its optimizer state does not fit this model; training its weights from step 0")
+        return
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    try:
+        load_optimizer_state(run.model, optimizer, saved)
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:  # only the file's content can cause these here
+        raise UserError(f"{source}: its optimizer state cannot be loaded ({type(e).__name__}: "
+                        f"{str(e)[:200]})") from None
+    for group, ours in zip(optimizer.param_groups, settings, strict=True):
+        group.update(ours)  # the moments are the checkpoint's; betas, weight decay and kernels are this run's
+    run.iter_num, run.best_val_loss = int(state["iter_num"]), float(state["best_val_loss"])
+    print(f"continuing {source} from step {run.iter_num} with its optimizer state")
