@@ -4,6 +4,7 @@
 # equivalence test at 0.01 nats/token (fixed here, before the runs).
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_lr_schedule.py
+base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-lr-schedule"
 variants = ["lr_schedule=cosine", "lr_schedule=wsd"]
 budgets = [1000]  # cosine: lr_decay_iters = 1000; wsd: constant to step 800, then the branch decays to 1000
@@ -15,26 +16,10 @@ protocols = ["nonoverlapping"]
 eval_batch_size = 64
 threads = 1  # one thread per process: on a small shared CPU two OpenMP threads ran slower than one (measured)
 
-dataset = "shakespeare_char"
 eval_interval = 200
-eval_iters = 20
-log_interval = 10
-device = "cpu"
-compile = False
 
 pos_encoding = "learned"
-batch_size = 12
-n_layer = 4
-n_head = 4
-n_embd = 128
-block_size = 64
-dropout = 0.0
-
-learning_rate = 1e-3
 max_iters = 1000
 lr_decay_iters = 1000
-min_lr = 1e-4
-beta2 = 0.99
-warmup_iters = 100
 wsd_decay_fraction = 0.2
 wsd_decay_shape = "1-sqrt"

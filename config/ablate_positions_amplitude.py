@@ -4,6 +4,7 @@
 # before the runs: each encoding's lowest mean val loss at L = block_size goes into the position study.
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_positions_amplitude.py
+base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-positions-amplitude"
 variants = ["learned learned_init_std=0.01", "learned learned_init_std=0.02"]
 grid = "pos_encoding=sinusoidal; sinusoidal_amplitude=0.005,0.02,0.05,0.1,0.3"
@@ -16,26 +17,9 @@ protocols = ["nonoverlapping"]
 eval_batch_size = 64
 threads = 1
 
-dataset = "shakespeare_char"
 eval_interval = 500
-eval_iters = 20
-log_interval = 10
-device = "cpu"
-compile = False
-
-batch_size = 12
-n_layer = 4
-n_head = 4
-n_embd = 128
-block_size = 64
-dropout = 0.0
-
-learning_rate = 1e-3
 max_iters = 4000
 lr_decay_iters = 4000
-min_lr = 1e-4
-beta2 = 0.99
-warmup_iters = 100
 lr_schedule = "wsd"
 wsd_decay_fraction = 0.2
 wsd_decay_shape = "1-sqrt"

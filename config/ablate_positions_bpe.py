@@ -4,6 +4,7 @@
 # python data/shakespeare_char/prepare.py --input=PATH --tokenizer=bpe --vocab_size=1024 \
 #     --out_dir=data/shakespeare_bpe1024
 # python ablate.py config/ablate_positions_bpe.py
+base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-positions-bpe"
 variants = ["learned", "sinusoidal sinusoidal_amplitude=0.1", "rope", "alibi"]
 seeds = 3
@@ -20,24 +21,7 @@ threads = 1
 
 dataset = "shakespeare_bpe1024"
 eval_interval = 500
-eval_iters = 20
-log_interval = 10
-device = "cpu"
-compile = False
 
-batch_size = 12
-n_layer = 4
-n_head = 4
-n_embd = 128
-block_size = 64
-dropout = 0.0
-
-learning_rate = 1e-3
-max_iters = 2000
-lr_decay_iters = 2000
-min_lr = 1e-4
-beta2 = 0.99
-warmup_iters = 100
 lr_schedule = "wsd"
 wsd_decay_fraction = 0.2
 wsd_decay_shape = "1-sqrt"

@@ -8,6 +8,7 @@
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_positions_amplitude.py   (first: the amplitude, on val)
 # python ablate.py config/ablate_positions_budgets.py
+base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-positions-budgets"
 variants = ["learned", "sinusoidal sinusoidal_amplitude=0.1", "sinusoidal sinusoidal_amplitude=0.02", "rope",
             "alibi", "none"]
@@ -28,26 +29,9 @@ eval_batch_size = 64
 reference = "learned"
 threads = 1
 
-dataset = "shakespeare_char"
 eval_interval = 500
-eval_iters = 20
-log_interval = 10
-device = "cpu"
-compile = False
-
-batch_size = 12
-n_layer = 4
-n_head = 4
-n_embd = 128
-block_size = 64
-dropout = 0.0
-
-learning_rate = 1e-3
 max_iters = 4000
 lr_decay_iters = 4000
-min_lr = 1e-4
-beta2 = 0.99
-warmup_iters = 100
 lr_schedule = "wsd"
 wsd_decay_fraction = 0.2
 wsd_decay_shape = "1-sqrt"
