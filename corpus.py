@@ -1,13 +1,16 @@
-"""Corpora larger than memory: folders of text and JSON-lines files -> GPT-2 BPE train.bin, val.bin, tokenizer.json.
+"""Corpora larger than memory: folders of text and JSON-lines files -> train.bin, val.bin, test.bin, tokenizer.json
+in GPT-2 BPE tokens, a BPE learned from the training documents (--tokenizer=bpe), or characters (--tokenizer=char).
 
 A .txt file is one document; each line of a .jsonl file is one, its text under `text_field` (the way web-scale
-corpora are distributed). Every document is followed by <|endoftext|> and goes whole to train or to val, by a
-seeded draw per document. Memory stays bounded whatever the corpus size: files are read in pieces of about
-chunk_bytes, a few pieces per worker process are in flight, and tokens go straight to temporary files that are
+corpora are distributed). Every document is followed by <|endoftext|> and goes whole to train, val or test, by
+one seeded draw per document (CORPUS_RULE). Memory stays bounded whatever the corpus size: files are read in
+pieces of about chunk_bytes, a few pieces per worker process are in flight, a BPE learns from at most
+tokenizer_sample_bytes of the first training documents, and tokens go straight to temporary files that are
 renamed over the dataset only when everything succeeded.
 """
 
 import glob
+import hashlib
 import json
 import multiprocessing
 import os
@@ -20,32 +23,50 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from bpe_train import TokenizerConfig, learn_bpe
+from cuts import stream_pieces
+from dataset import SPLITS, check_overwrite, check_test_fraction, split_record, token_dtype
 from errors import UserError
 from files import replace_files
-from tokenizer import DATASET_FILES, GPT2Tokenizer, gpt2_encoding
+from tokenizer import DATASET_FILES, CharTokenizer, GPT2Tokenizer, Tokenizer, from_description
 
 SUFFIXES = (".txt", ".jsonl")
+CORPUS_RULE = ("one draw u of random.Random(seed) per document, in sorted file order: val if u < val_fraction, "
+               "test if u < val_fraction + test_fraction, else train")
+WORKERS_PER_CORE = 4  # more processes than this only add memory: each holds its own tokenizer and pieces
+MAX_CHUNK_BYTES = 1 << 28  # a piece is held by the reader and by a worker, a few per worker at once
+
+
+def cpu_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass
 class CorpusConfig:
     input: str = ""  # a folder (its .txt and .jsonl files, recursively), a glob such as 'web/*.jsonl', or one file
-    out_dir: str = ""  # where train.bin, val.bin and tokenizer.json go; empty: data/corpus
+    out_dir: str = ""  # where train.bin, val.bin, test.bin and tokenizer.json go; empty: data/corpus
     text_field: str = "text"  # the field of each JSON line that holds the document's text
     val_fraction: float = 0.001  # share of the documents, drawn at random (seeded), held out for validation
-    seed: int = 1337  # seeds the draw of the validation documents
+    test_fraction: float = 0.001  # share of the documents, drawn the same way, held out for the final test
+    seed: int = 1337  # seeds the draw of the validation and test documents
     workers: int = 0  # tokenizer processes; 0: one per CPU core
-    chunk_bytes: int = 1 << 20  # text sent to a worker at a time; a long .txt file is cut at line starts
+    chunk_bytes: int = 1 << 20  # text sent to a worker at a time; a long .txt file is cut where tokens end
     overwrite: bool = False  # replace a dataset already prepared in out_dir
     progress: bool = True  # show a tqdm bar of the bytes read
 
     def __post_init__(self) -> None:
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction={self.val_fraction} must be in (0, 1)")
+        check_test_fraction(self.test_fraction, self.val_fraction)
         if self.workers < 0:
             raise ValueError(f"workers={self.workers} must be >= 0 (0: one per CPU core)")
-        if self.chunk_bytes < 1:
-            raise ValueError(f"chunk_bytes={self.chunk_bytes} must be at least 1")
+        if self.workers > WORKERS_PER_CORE * cpu_cores():
+            raise ValueError(f"workers={self.workers} is more than {WORKERS_PER_CORE * cpu_cores()} "
+                             f"({WORKERS_PER_CORE} per CPU core, {cpu_cores()} here): each is a process with its own "
+                             f"memory; use --workers={cpu_cores()} or fewer (0: one per core)")
+        if not 1 <= self.chunk_bytes <= MAX_CHUNK_BYTES:
+            raise ValueError(f"chunk_bytes={self.chunk_bytes} must be at least 1 and at most {MAX_CHUNK_BYTES:,} "
+                             "(a few pieces per worker are in memory at once)")
         if not self.text_field:
             raise ValueError("text_field is empty: name the JSON field that holds the text, e.g. --text_field=text")
 
@@ -71,38 +92,10 @@ def corpus_files(input: str) -> list[Path]:
     return sorted(files)
 
 
-def line_start_before_end(data: bytes) -> int:
-    """The last offset that follows a newline and holds a printable ASCII character other than space; 0 if none.
-
-    GPT-2's pre-tokenizer never joins such a character to the whitespace before it, so a token always ends just
-    before it: a text cut there encodes to the same tokens as the whole.
-    """
-    cut = data.rfind(b"\n", 0, len(data) - 1)
-    while cut >= 0 and not 0x21 <= data[cut + 1] <= 0x7E:
-        cut = data.rfind(b"\n", 0, cut)
-    return cut + 1
-
-
-def decode_utf8(data: bytes, path: Path, offset: int) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"input file {str(path)!r} is not UTF-8 text: byte {data[e.start]:#x} at offset "
-                         f"{offset + e.start} cannot be decoded") from None
-
-
 def text_pieces(path: Path, chunk_bytes: int) -> Iterator[tuple[str, int]]:
     """A text file as (text, bytes) pieces of about chunk_bytes each, cut only where tokens end anyway."""
-    offset, pending = 0, b""
     with path.open("rb") as file:
-        while block := file.read(chunk_bytes):
-            pending += block
-            cut = line_start_before_end(pending)
-            if cut:
-                yield decode_utf8(pending[:cut], path, offset), cut
-                offset, pending = offset + cut, pending[cut:]
-    if pending:
-        yield decode_utf8(pending, path, offset), len(pending)
+        yield from stream_pieces(file, chunk_bytes, str(path))
 
 
 def jsonl_documents(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
@@ -119,110 +112,165 @@ def jsonl_documents(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
                                  "per line") from None
             text = record.get(text_field) if isinstance(record, dict) else None
             if not isinstance(text, str):
-                fields = sorted(record) if isinstance(record, dict) else []
-                raise UserError(f"{path}:{number}: no text field {text_field!r} (the line has {fields}); name the "
-                                 "field that holds the text with --text_field=NAME")
+                raise UserError(f"{path}:{number}: no text field {text_field!r} ("
+                                f"{what_the_line_has(record, text_field)}); name the field that holds the text "
+                                "with --text_field=NAME")
             yield text, len(line)
 
 
-def pieces(files: list[Path], config: CorpusConfig) -> Iterator[tuple[bool, str, bool, int]]:
-    """(is_val, text, ends_document, bytes read) over the corpus. Empty documents are skipped (bytes only)."""
+def what_the_line_has(record: object, text_field: str) -> str:
+    """Why a JSON line gave no text: not an object, the field missing, or the field not a string."""
+    if not isinstance(record, dict):
+        return f"the line is a JSON {type(record).__name__}, not an object"
+    if text_field in record:
+        value = record[text_field]
+        return f"its {text_field!r} is a {type(value).__name__}, {str(value)[:40]!r}, not a string"
+    return f"the line has {sorted(record)}"
+
+
+def draw_split(draw: random.Random, config: CorpusConfig) -> str:
+    """One document's split by CORPUS_RULE (with the same seed, val is the same as before test splits existed)."""
+    u = draw.random()
+    return "val" if u < config.val_fraction else "test" if u < config.val_fraction + config.test_fraction else "train"
+
+
+def pieces(files: list[Path], config: CorpusConfig) -> Iterator[tuple[str, str, bool, int]]:
+    """(split, text, ends_document, bytes read) over the corpus. Empty documents are skipped (bytes only)."""
     draw = random.Random(config.seed)
     for path in files:
         try:
             if path.suffix == ".jsonl":
                 for text, size in jsonl_documents(path, config.text_field):
-                    yield (draw.random() < config.val_fraction if text else False), text, bool(text), size
+                    yield (draw_split(draw, config) if text else "train"), text, bool(text), size
             elif path.stat().st_size:
-                is_val = draw.random() < config.val_fraction
+                split = draw_split(draw, config)
                 for text, size in text_pieces(path, config.chunk_bytes):
-                    yield is_val, text, False, size
-                yield is_val, "", True, 0
+                    yield split, text, False, size
+                yield split, "", True, 0
         except OSError as e:  # unreadable, or gone since it was listed
             raise UserError(f"input file {str(path)!r} cannot be read: {e.strerror or e}") from None
 
 
-def batches(stream: Iterator[tuple[bool, str, bool, int]], chunk_bytes: int) -> Iterator[tuple[bool, list, int]]:
-    """Consecutive pieces of one split, about chunk_bytes of text together: (is_val, [(text, ends)], bytes)."""
-    batch, batch_is_val, length, size = [], False, 0, 0
-    for is_val, text, ends, piece_size in stream:
+def batches(stream: Iterator[tuple[str, str, bool, int]], chunk_bytes: int) -> Iterator[tuple[str, list, int]]:
+    """Consecutive pieces of one split, about chunk_bytes of text together: (split, [(text, ends)], bytes)."""
+    batch, batch_split, length, size = [], "train", 0, 0
+    for split, text, ends, piece_size in stream:
         size += piece_size
         if not text and not ends:
             continue
-        if batch and (is_val != batch_is_val or length >= chunk_bytes):
-            yield batch_is_val, batch, size - piece_size
+        if batch and (split != batch_split or length >= chunk_bytes):
+            yield batch_split, batch, size - piece_size
             batch, length, size = [], 0, piece_size
-        batch_is_val = is_val
+        batch_split = split
         batch.append((text, ends))
         length += len(text)
     if batch or size:
-        yield batch_is_val, batch, size
+        yield batch_split, batch, size
 
 
-def encode_pieces(batch: list[tuple[str, bool]]) -> np.ndarray:
-    """Runs in a worker: GPT-2 ids of each text (special-token strings are plain text), end-of-text after each
-    document's last piece. uint16 holds GPT-2's 50257 ids and halves what travels back."""
-    encoding = gpt2_encoding()  # tiktoken caches it: loaded once per worker
-    ids = []
+WORKER_TOKENIZER: list[Tokenizer] = []  # in each worker process: the tokenizer, built once by start_worker
+
+
+def start_worker(description: dict) -> None:
+    WORKER_TOKENIZER.append(from_description(description))
+
+
+def encode_pieces(batch: list[tuple[str, bool]], dtype: str) -> np.ndarray:
+    """Runs in a worker: the ids of each text (special-token strings are plain text), end-of-text after each
+    document's last piece, as dtype (uint16 for up to 65,536 ids: it halves what travels back)."""
+    tokenizer = WORKER_TOKENIZER[0]
+    ids = [np.zeros(0, dtype=np.int64)]
     for text, ends in batch:
-        ids.extend(encoding.encode_ordinary(text))
+        ids.append(tokenizer.encode_documents(text))
         if ends:
-            ids.append(encoding.eot_token)
-    return np.array(ids, dtype=np.uint16)
+            ids.append(np.array([tokenizer.eot_token]))
+    return np.concatenate(ids).astype(dtype)
 
 
 def worker_count(requested: int) -> int:
-    if requested:
-        return requested
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return requested or cpu_cores()
 
 
-def tokenize_corpus(files: list[Path], config: CorpusConfig, outputs: dict[bool, object], bar) -> dict:
-    """Tokenize in worker processes, writing each batch's ids to outputs[is_val] in corpus order."""
-    counts = {"train_tokens": 0, "val_tokens": 0, "train_documents": 0, "val_documents": 0}
-    workers = worker_count(config.workers)
+def tokenize_corpus(files: list[Path], config: CorpusConfig, tokenizer: Tokenizer, outputs: dict[str, object],
+                    bar) -> tuple[dict, dict]:
+    """Tokenize in worker processes, writing each batch's ids to outputs[split] in corpus order; returns the
+    counts of tokens and documents per split, and the SHA-256 of each split's bytes."""
+    counts = {f"{split}_{what}": 0 for what in ("tokens", "documents") for split in SPLITS}
+    hashes = {split: hashlib.sha256() for split in SPLITS}
+    workers, dtype = worker_count(config.workers), token_dtype(tokenizer.vocab_size).name
 
-    def write(is_val: bool, result, documents: int, size: int) -> None:
+    def write(split: str, result, documents: int, size: int) -> None:
         ids = result.get()
-        ids.tofile(outputs[is_val])
-        split = "val" if is_val else "train"
+        ids.tofile(outputs[split])
+        hashes[split].update(ids.tobytes())
         counts[f"{split}_tokens"] += len(ids)
         counts[f"{split}_documents"] += documents
         bar.update(size)
 
-    # spawn, not fork: the caller may hold threads (torch, tqdm), and forking them can deadlock.
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+    # spawn, not fork: the caller may hold threads (torch, tqdm, HF tokenizers), and forking them can deadlock.
+    with multiprocessing.get_context("spawn").Pool(workers, start_worker, (tokenizer.description(),)) as pool:
         in_flight = deque()
-        for is_val, batch, size in batches(pieces(files, config), config.chunk_bytes):
+        for split, batch, size in batches(pieces(files, config), config.chunk_bytes):
             # Pool.imap would read the whole corpus ahead of slow workers; a window of tasks bounds the memory.
             if len(in_flight) >= 2 * workers:
                 write(*in_flight.popleft())
-            in_flight.append((is_val, pool.apply_async(encode_pieces, (batch,)), sum(e for _, e in batch), size))
+            in_flight.append((split, pool.apply_async(encode_pieces, (batch, dtype)), sum(e for _, e in batch),
+                              size))
         while in_flight:
             write(*in_flight.popleft())
-    return counts
+    return counts, {split: hashes[split].hexdigest() for split in SPLITS}
 
 
-def prepare_corpus(config: CorpusConfig, out_dir: str | os.PathLike) -> dict:
+def corpus_tokenizer(files: list[Path], config: CorpusConfig, tokenizer: TokenizerConfig) -> Tokenizer:
+    """GPT-2's, a BPE learned from the first tokenizer_sample_bytes of the training documents, or the corpus's
+    characters."""
+    if tokenizer.tokenizer in ("", "gpt2"):
+        return GPT2Tokenizer()  # offline without the BPE files: fails here, before any work
+    if tokenizer.tokenizer == "char":
+        return corpus_characters(files, config)
+    texts = (text for split, text, _, _ in pieces(files, config) if split == "train" and text)
+    return learn_bpe(texts, tokenizer.vocab_size, tokenizer.tokenizer_sample_bytes,
+                     sum(f.stat().st_size for f in files), config.progress)
+
+
+def corpus_characters(files: list[Path], config: CorpusConfig) -> CharTokenizer:
+    """A char tokenizer of every character in the corpus (all splits, as the single-text char preparer does, so
+    that val and test hold no unknown character), with <|endoftext|> after them. It reads the whole corpus once
+    more: a character vocabulary cannot be sampled."""
+    chars = set()
+    with tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, unit_divisor=1024,
+              disable=not config.progress, desc="finding characters") as bar:
+        for _, text, _, size in pieces(files, config):
+            chars.update(text)
+            bar.update(size)
+    if not chars:
+        raise UserError(f"input {config.input!r} holds no text: every document is empty")
+    return CharTokenizer("".join(sorted(chars)), end_of_text=True)
+
+
+def prepare_corpus(config: CorpusConfig, out_dir: str | os.PathLike, tokenizer: TokenizerConfig | None = None) -> dict:
     """Tokenize the corpus config.input into out_dir; returns the description written to tokenizer.json."""
     out = Path(out_dir)
-    existing = [name for name in DATASET_FILES if (out / name).exists()]
-    if existing and not config.overwrite:
-        raise UserError(f"{out} already holds a dataset ({', '.join(existing)}); pass --overwrite=True to replace "
-                         "it, or choose another --out_dir")
+    check_overwrite(out, config.overwrite)
     files = corpus_files(config.input)
-    tokenizer = GPT2Tokenizer()  # offline without the BPE files: fails here, before any work
+    learned = corpus_tokenizer(files, config, tokenizer or TokenizerConfig())
     # Everything is written in full before anything replaces the old dataset: a failure leaves that one whole.
-    with replace_files(out, DATASET_FILES) as (train_temp, val_temp, description_temp):
-        with train_temp.open("wb") as train, val_temp.open("wb") as val, \
+    with replace_files(out, DATASET_FILES) as (train_temp, val_temp, test_temp, description_temp):
+        with train_temp.open("wb") as train, val_temp.open("wb") as val, test_temp.open("wb") as test, \
                 tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, unit_divisor=1024,
                      disable=not config.progress, desc="tokenizing") as bar:
-            counts = tokenize_corpus(files, config, {False: train, True: val}, bar)
-        documents = counts["train_documents"] + counts["val_documents"]
+            counts, digests = tokenize_corpus(files, config, learned, {"train": train, "val": val, "test": test},
+                                              bar)
+        documents = sum(counts[f"{split}_documents"] for split in SPLITS)
         if not (counts["train_documents"] and counts["val_documents"]):
             raise UserError(f"{documents} documents gave {counts['val_documents']} for validation and "
-                             f"{counts['train_documents']} for training (val_fraction={config.val_fraction}); each "
-                             "split needs one: change --val_fraction or add documents")
-        description = {**tokenizer.description(), "dtype": "uint16", **counts, "source": config.input}
+                            f"{counts['train_documents']} for training (val_fraction={config.val_fraction}), "
+                            f"{counts['test_documents']} for test; train and val need one each: change "
+                            "--val_fraction or add documents")
+        split = split_record(CORPUS_RULE, {"val_fraction": config.val_fraction,
+                                           "test_fraction": config.test_fraction, "seed": config.seed},
+                             {name: counts[f"{name}_tokens"] for name in SPLITS}, digests)
+        description = {**learned.description(), "dtype": token_dtype(learned.vocab_size).name, **counts,
+                       "source": config.input, "split": split}
         description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")
     return description

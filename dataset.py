@@ -1,5 +1,14 @@
-"""Token streams on disk: text -> tokenizer.json + train.bin + val.bin, and random batches back out of them."""
+"""Token streams on disk: text -> tokenizer.json + train.bin + val.bin + test.bin, and random batches back out.
 
+The split rule of a single text (every data/<name>/prepare.py but the corpus one): in text order, train, then
+test, then val: val is the last val_fraction, test the test_fraction before it (val is what it was before test
+splits existed). char and gpt2 cut the token stream at these fractions; bpe cuts the text at the same fractions
+of its characters, since its merges are learned from the train part alone. tokenizer.json records the split
+(rule, fractions, token counts and a SHA-256 of each .bin): split_identity() is what a run records and checks.
+"""
+
+import hashlib
+import io
 import json
 import os
 import urllib.request
@@ -9,25 +18,51 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bpe_train import TokenizerConfig, learn_bpe
+from cuts import stream_pieces
 from errors import OfflineError, UserError
 from files import atomic_files, replace_files
 from nanogpt import is_data_folder
 from tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
 
 REPO_ROOT = Path(__file__).resolve().parent
+SPLITS = ("train", "val", "test")
+SINGLE_TEXT_RULE = "train | test | val in text order: val the last val_fraction, test the test_fraction before it"
+MAX_TEXT_BYTES = 1 << 28  # a single text is held in memory ~20 times over (README); larger: data/corpus/
 
 
 @dataclass
 class PrepareConfig:
     input: str = ""  # a UTF-8 text file to train on; empty: the dataset's default text
     val_fraction: float = 0.1  # share of the tokens, taken from the end, held out for validation
+    test_fraction: float = 0.1  # share held out for the final test, taken just before val (0: no test split)
     dtype: str = "auto"  # token dtype on disk: auto (uint16, uint32 when the vocabulary needs it) | uint16 | uint32
+    out_dir: str = ""  # where the dataset goes; empty: the preparer's own folder (data/<name>)
+    overwrite: bool = False  # replace a dataset already prepared in out_dir
+    progress: bool = True  # show a tqdm bar while a BPE learns
 
     def __post_init__(self) -> None:
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction={self.val_fraction} must be in (0, 1)")
+        check_test_fraction(self.test_fraction, self.val_fraction)
         if self.dtype not in ("auto", "uint16", "uint32"):
             raise ValueError(f"dtype={self.dtype!r} must be auto, uint16 or uint32")
+
+
+def check_test_fraction(test_fraction: float, val_fraction: float) -> None:
+    if not 0.0 <= test_fraction < 1.0 or not val_fraction + test_fraction < 1.0:
+        raise ValueError(f"test_fraction={test_fraction} must be in [0, 1) and leave text for training: "
+                         f"val_fraction + test_fraction = {val_fraction + test_fraction} must be below 1")
+
+
+def check_overwrite(out: Path, overwrite: bool) -> None:
+    """Refuse to replace a prepared dataset unless asked: runs trained on it could no longer resume."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"out_dir {str(out)!r} is a file, not a folder; choose another --out_dir")
+    existing = [name for name in DATASET_FILES if (out / name).exists()]
+    if existing and not overwrite:
+        raise UserError(f"{out} already holds a dataset ({', '.join(existing)}); pass --overwrite=True to replace "
+                        "it, or choose another --out_dir")
 
 
 def read_text(path: str | os.PathLike, what: str = "input file") -> str:
@@ -37,6 +72,9 @@ def read_text(path: str | os.PathLike, what: str = "input file") -> str:
         raise UserError(f"{what} {str(path)!r} is a folder, not a text file")
     if not file.is_file():
         raise UserError(f"{what} {str(path)!r} does not exist")
+    if file.stat().st_size > MAX_TEXT_BYTES:
+        raise UserError(f"{what} {str(path)!r} holds {file.stat().st_size:,} bytes, more than the "
+                        f"{MAX_TEXT_BYTES:,} this preparer holds in memory; use data/corpus/prepare.py --input=PATH")
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -75,44 +113,98 @@ def token_dtype(vocab_size: int, requested: str = "auto") -> np.dtype:
     return np.dtype(requested)
 
 
-def prepare(text: str, out_dir: str | os.PathLike, tokenizer_kind: str, config: PrepareConfig | None = None,
-            source: str = "") -> dict:
-    """Tokenize text and write tokenizer.json, train.bin and val.bin to out_dir. Returns the description."""
-    config = config or PrepareConfig()
-    if tokenizer_kind == "char":
-        tokenizer = CharTokenizer.from_text(text)
-        ids = np.array(tokenizer.encode(text), dtype=np.int64)
-    elif tokenizer_kind == "gpt2":
-        tokenizer = GPT2Tokenizer()
-        ids = tokenizer.encode_documents(text)
+def split_counts(length: int, config: PrepareConfig, unit: str = "tokens") -> tuple[int, int, int]:
+    """(train, test, val) sizes of a text or token stream of this length, by SINGLE_TEXT_RULE."""
+    n_val, n_test = int(length * config.val_fraction), int(length * config.test_fraction)
+    n_train = length - n_val - n_test
+    if n_val < 2 or n_train < 2 or (config.test_fraction and n_test < 2):
+        raise UserError(f"the corpus is too short: {length} {unit} give {n_train} train, {n_val} val and {n_test} "
+                        f"test {unit} (val_fraction={config.val_fraction}, test_fraction={config.test_fraction}); "
+                        "each split needs at least 2")
+    return n_train, n_test, n_val
+
+
+def cut(sequence, counts: tuple[int, int, int]) -> dict:
+    """The train, val and test parts of a text or token array, by SINGLE_TEXT_RULE."""
+    n_train, n_test, _ = counts
+    return {"train": sequence[:n_train], "test": sequence[n_train:n_train + n_test],
+            "val": sequence[n_train + n_test:]}
+
+
+def tokenize(text: str, tokenizer: TokenizerConfig, config: PrepareConfig, progress: bool) -> tuple:
+    """(the tokenizer, {split: ids}) of a single text, split by SINGLE_TEXT_RULE."""
+    if tokenizer.tokenizer == "bpe":
+        parts = cut(text, split_counts(len(text), config, "characters"))
+        data = parts["train"].encode("utf-8")
+        pieces = (piece for piece, _ in stream_pieces(io.BytesIO(data), 1 << 20, "the training text"))
+        learned = learn_bpe(pieces, tokenizer.vocab_size, tokenizer.tokenizer_sample_bytes, len(data), progress)
+        return learned, {split: learned.encode_documents(part) for split, part in parts.items()}
+    if tokenizer.tokenizer == "char":
+        learned = CharTokenizer.from_text(text)
+    elif tokenizer.tokenizer == "gpt2":
+        learned = GPT2Tokenizer()
     else:
-        raise UserError(f"tokenizer {tokenizer_kind!r} must be 'char' or 'gpt2'")
-    dtype = token_dtype(tokenizer.vocab_size, config.dtype)
-    n_val = int(len(ids) * config.val_fraction)
-    if n_val < 2 or len(ids) - n_val < 2:
-        raise UserError(f"the corpus is too short: {len(ids)} tokens give {len(ids) - n_val} train and {n_val} "
-                         f"val tokens (val_fraction={config.val_fraction}); each split needs at least 2")
-    description = {**tokenizer.description(), "dtype": dtype.name, "train_tokens": len(ids) - n_val,
-                   "val_tokens": n_val, "source": source}
-    # All three are written in full before any replaces the old dataset: a failure leaves that one whole.
-    with replace_files(Path(out_dir), DATASET_FILES) as (train_temp, val_temp, description_temp):
-        ids[:-n_val].astype(dtype).tofile(train_temp)
-        ids[-n_val:].astype(dtype).tofile(val_temp)
+        raise UserError(f"tokenizer {tokenizer.tokenizer!r} must be 'char', 'gpt2' or 'bpe'")
+    ids = learned.encode_documents(text)
+    return learned, cut(ids, split_counts(len(ids), config))
+
+
+def split_record(rule: str, fractions: dict, counts: dict, digests: dict) -> dict:
+    """What tokenizer.json says of the split: the rule, its settings, and the tokens and SHA-256 of each .bin."""
+    return {"rule": rule, **fractions, **{f"{split}_tokens": counts[split] for split in SPLITS},
+            "sha256": {split: digests[split] for split in SPLITS}}
+
+
+def prepare(text: str, out_dir: str | os.PathLike, tokenizer: str | TokenizerConfig,
+            config: PrepareConfig | None = None, source: str = "", progress: bool = False) -> dict:
+    """Tokenize text and write tokenizer.json, train.bin, val.bin and test.bin to out_dir; returns the
+    description. tokenizer is a kind (char, gpt2) or a TokenizerConfig (bpe needs its vocab_size)."""
+    config = config or PrepareConfig()
+    if isinstance(tokenizer, str):
+        if tokenizer not in ("char", "gpt2"):
+            raise UserError(f"tokenizer {tokenizer!r} must be 'char' or 'gpt2' (bpe: pass a TokenizerConfig)")
+        tokenizer = TokenizerConfig(tokenizer=tokenizer)
+    learned, ids = tokenize(text, tokenizer, config, progress)
+    dtype = token_dtype(learned.vocab_size, config.dtype)
+    data = {split: np.ascontiguousarray(ids[split].astype(dtype)) for split in SPLITS}
+    counts = {split: len(ids[split]) for split in SPLITS}
+    split = split_record(SINGLE_TEXT_RULE, {"val_fraction": config.val_fraction,
+                                            "test_fraction": config.test_fraction}, counts,
+                         {name: hashlib.sha256(data[name]).hexdigest() for name in SPLITS})
+    description = {**learned.description(), "dtype": dtype.name,
+                   **{f"{name}_tokens": counts[name] for name in SPLITS}, "source": source, "split": split}
+    # All four are written in full before any replaces the old dataset: a failure leaves that one whole.
+    with replace_files(Path(out_dir), DATASET_FILES) as (train_temp, val_temp, test_temp, description_temp):
+        for name, temp in (("train", train_temp), ("val", val_temp), ("test", test_temp)):
+            data[name].tofile(temp)
         description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")
     return description
 
 
 def prepare_main(argv: list[str], out_dir: Path, tokenizer_kind: str, default_text, about: str) -> None:
-    """The command line of every data/<name>/prepare.py. default_text() gives the text when --input is not set."""
-    from errors import main_guard
+    """The command line of every data/<name>/prepare.py. default_text() gives the text when --input is not set;
+    tokenizer_kind is the dataset's tokenizer when --tokenizer is not set."""
+    from dataclasses import replace
+
+    from errors import OptionError, main_guard
     from options import parse_options
 
     def main(argv: list[str]) -> None:
-        (config,) = parse_options(argv, (PrepareConfig,), prog=f"data/{out_dir.name}/prepare.py", description=about)
+        config, tokenizer = parse_options(argv, (PrepareConfig, TokenizerConfig),
+                                          prog=f"data/{out_dir.name}/prepare.py", description=about)
+        if not tokenizer.tokenizer:
+            try:
+                tokenizer = replace(tokenizer, tokenizer=tokenizer_kind)
+            except ValueError as e:
+                raise OptionError(str(e)) from None
+        out = Path(config.out_dir) if config.out_dir else out_dir
+        check_overwrite(out, config.overwrite)  # before the text is read or a tokenizer learned
         text = read_text(config.input) if config.input else default_text()
-        description = prepare(text, out_dir, tokenizer_kind, config, source=config.input or "default")
-        print(f"{out_dir}: vocab {description['vocab_size']}, train {description['train_tokens']:,} tokens, "
-              f"val {description['val_tokens']:,} tokens ({description['dtype']})")
+        description = prepare(text, out, tokenizer, config, source=config.input or "default",
+                              progress=config.progress)
+        print(f"{out}: {description['kind']} vocab {description['vocab_size']}, train "
+              f"{description['train_tokens']:,} tokens, val {description['val_tokens']:,} tokens, test "
+              f"{description['test_tokens']:,} tokens ({description['dtype']})")
 
     main_guard(main, argv)
 
@@ -128,12 +220,35 @@ def resolve_data_dir(dataset: str) -> Path:
     return path
 
 
+def split_identity(description: dict) -> dict | None:
+    """What identifies a dataset's split, from its tokenizer.json (or the copy a checkpoint holds): the rule,
+    its fractions (and seed), the tokens and the SHA-256 of each .bin. Plain data, equal (==) for the same
+    split; None for a dataset prepared before splits were recorded (re-prepare it with --overwrite=True)."""
+    split = description.get("split")
+    return split if isinstance(split, dict) else None
+
+
+def split_difference(old: dict, new: dict) -> str | None:
+    """How the splits of two descriptions differ (None if the same): what a resume or a reuse checks."""
+    before, after = split_identity(old), split_identity(new)
+    if before == after:
+        return None
+    if before is None or after is None:
+        return "one of the two datasets was prepared before splits were recorded"
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    return "another split: " + ", ".join(f"{k} {before.get(k)!r} before, {after.get(k)!r} now"
+                                         if k != "sha256" else "other tokens in the .bin files" for k in changed)
+
+
 def load_split(data_dir: Path, split: str, block_size: int) -> np.ndarray:
     """The token stream of one split as a read-only memmap; it must hold at least one block plus its target,
     and as many tokens as tokenizer.json says (a .bin file from another prepare, or cut short, does not)."""
     description = read_description(data_dir)
     path = data_dir / f"{split}.bin"
     rerun = f"rerun python data/{data_dir.name}/prepare.py"
+    if split == "test" and "test_tokens" not in description:
+        raise UserError(f"{data_dir} has no test split (it was prepared before test.bin existed); re-prepare it "
+                        f"with python data/{data_dir.name}/prepare.py --overwrite=True")
     if not path.is_file():
         raise UserError(f"{path} is missing; {rerun}")
     dtype = np.dtype(description["dtype"])

@@ -1,6 +1,7 @@
 """corpus.py and data/corpus/prepare.py against tiktoken called directly on whole documents, the files read back
 with NumPy, and the peak memory the kernel reports for a preparer run in a subprocess."""
 
+import hashlib
 import json
 import random
 import subprocess
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from corpus import CorpusConfig, line_start_before_end, prepare_corpus, text_pieces
+from corpus import CorpusConfig, prepare_corpus, text_pieces
+from cuts import line_start_before_end
 from dataset import get_batch, load_split
 from errors import UserError
 from tokenizer import GPT2Tokenizer, load_tokenizer
@@ -239,3 +241,116 @@ def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path, corpus_text, scrip
     assert all(worker > 10_000 for _, worker in peaks)  # the watcher saw the worker
     for small, large in zip(*peaks, strict=True):
         assert large - small < 3 * 1024, peaks  # kilobytes
+
+
+# ---- long lines, the test split, a learned BPE ----------------------------------------------------------------
+
+
+def test_a_file_without_newlines_is_read_in_bounded_memory(tmp_path):
+    """20 MB on one line: the pieces stay near chunk_bytes, and the reader's peak Python memory is a few pieces
+    (a buffer grown by concatenation held the whole line, twice, at its peak)."""
+    import tracemalloc
+
+    words = TRICKY.replace("\n", " ").encode()
+    with (tmp_path / "line.txt").open("wb") as file:
+        for _ in range(20 * 2**20 // len(words)):
+            file.write(words)
+    size = (tmp_path / "line.txt").stat().st_size
+    tracemalloc.start()
+    try:
+        longest, total = 0, 0
+        for _, piece_bytes in text_pieces(tmp_path / "line.txt", 1 << 18):
+            longest, total = max(longest, piece_bytes), total + piece_bytes
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert total == size > 20 * 2**20 - len(words)
+    assert peak < 8 * 2**20, peak  # the pieces, their text, the read block: well under half the 20 MB line
+    assert longest < 2 << 18
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 64])
+def test_pieces_of_a_text_without_newlines_encode_to_the_tokens_of_the_whole(tmp_path, chunk_bytes):
+    text = TRICKY.replace("\n", " ").replace("\r", " ") * 3
+    (tmp_path / "t.txt").write_text(text, encoding="utf-8")
+    pieces = list(text_pieces(tmp_path / "t.txt", chunk_bytes))
+    assert len(pieces) > 5 and "".join(piece for piece, _ in pieces) == text
+    assert [t for piece, _ in pieces for t in encode(piece)] == encode(text)
+
+
+def test_a_word_longer_than_any_cut_is_cut_at_a_character_start(tmp_path):
+    from cuts import MIN_FORCED_CUT
+
+    text = "é" * MIN_FORCED_CUT  # no newline, no space: 2 bytes a character
+    (tmp_path / "t.txt").write_text(text, encoding="utf-8")
+    pieces = list(text_pieces(tmp_path / "t.txt", 1000))
+    assert "".join(piece for piece, _ in pieces) == text
+    assert len(pieces) >= 2 and max(size for _, size in pieces) <= MIN_FORCED_CUT + 1000
+
+
+def test_the_test_split_leaves_val_as_it_was_and_is_recorded(tmp_path, corpus_text):
+    from dataset import split_difference, split_identity
+
+    documents = write_corpus(tmp_path / "corpus", corpus_text)
+    common = dict(input=str(tmp_path / "corpus"), val_fraction=0.2, workers=1, progress=False)
+    without = prepare_corpus(CorpusConfig(**common, test_fraction=0.0), tmp_path / "without")
+    with_test = prepare_corpus(CorpusConfig(**common, test_fraction=0.3), tmp_path / "with")
+    assert read_streams(tmp_path / "without")[2] == read_streams(tmp_path / "with")[2]  # the same val documents
+    test = np.fromfile(tmp_path / "with" / "test.bin", dtype=np.uint16).tolist()
+    test_docs = documents_of(test)
+    assert 5 <= with_test["test_documents"] == len(test_docs) <= 35  # 62 documents at 0.3: a 1-in-1000 range
+    assert all(doc in [encode(text) for text in documents] for doc in test_docs)
+    assert with_test["train_documents"] + with_test["test_documents"] == without["train_documents"]
+    assert without["test_tokens"] == 0 and (tmp_path / "without" / "test.bin").stat().st_size == 0
+    identity = split_identity(with_test)
+    assert identity["sha256"]["test"] == hashlib.sha256(np.array(test, dtype=np.uint16).tobytes()).hexdigest()
+    assert identity["test_fraction"] == 0.3 and identity["seed"] == 1337 and identity["test_tokens"] == len(test)
+    assert "test_fraction 0.0 before, 0.3 now" in split_difference(without, with_test)
+    assert split_difference(with_test, json.loads((tmp_path / "with" / "tokenizer.json").read_text())) is None
+
+
+def test_a_learned_bpe_from_the_training_documents_alone(tmp_path, corpus_text):
+    from bpe_train import TokenizerConfig
+    from corpus import draw_split
+    from tokenizer import BPETokenizer
+
+    documents = write_corpus(tmp_path / "corpus", corpus_text)
+    config = CorpusConfig(input=str(tmp_path / "corpus"), val_fraction=0.25, workers=2, chunk_bytes=512,
+                          progress=False)
+    draw = random.Random(config.seed)
+    splits = [draw_split(draw, config) for _ in documents]  # CORPUS_RULE, one draw per document in file order
+    description = prepare_corpus(config, tmp_path / "out", TokenizerConfig(tokenizer="bpe", vocab_size=400))
+    tokenizer = load_tokenizer(tmp_path / "out")
+    assert isinstance(tokenizer, BPETokenizer) and description["vocab_size"] == 400
+    _, train, val = read_streams(tmp_path / "out")
+    for split, stream in (("train", train), ("val", val)):  # each document encoded whole, then end-of-text
+        assert stream == [t for text, s in zip(documents, splits, strict=True) if s == split
+                          for t in [*tokenizer.encode_documents(text).tolist(), tokenizer.eot_token]]
+    # A val document changed (in its .jsonl line): the merges and the train tokens stay the same.
+    changed = next(text for text, s in zip(documents[2:], splits[2:], strict=True) if s == "val")
+    d = tmp_path / "corpus" / "b" / "d.jsonl"
+    d.write_text(d.read_text().replace(json.dumps(changed), json.dumps(changed.upper()[::-1])))
+    prepare_corpus(config, tmp_path / "again", TokenizerConfig(tokenizer="bpe", vocab_size=400))
+    assert load_tokenizer(tmp_path / "again").tokens == tokenizer.tokens
+    assert read_streams(tmp_path / "again")[1] == train and read_streams(tmp_path / "again")[2] != val
+
+
+def test_a_char_corpus_has_every_character_and_end_of_text_after_each_document(tmp_path, corpus_text):
+    from bpe_train import TokenizerConfig
+    from tokenizer import CharTokenizer, from_description, token_byte_counts
+
+    documents = write_corpus(tmp_path / "corpus", corpus_text)
+    config = CorpusConfig(input=str(tmp_path / "corpus"), val_fraction=0.25, workers=1, chunk_bytes=512,
+                          progress=False)
+    description = prepare_corpus(config, tmp_path / "out", TokenizerConfig(tokenizer="char"))
+    chars = sorted(set("".join(documents)))
+    assert description["chars"] == "".join(chars) and description["vocab_size"] == len(chars) + 1
+    tokenizer = load_tokenizer(tmp_path / "out")
+    assert isinstance(tokenizer, CharTokenizer) and tokenizer.eot_token == len(chars)
+    assert from_description(tokenizer.description()).eot_token == len(chars)
+    assert token_byte_counts(tokenizer)[-1] == 0
+    _, train, val = read_streams(tmp_path / "out")
+    test = np.fromfile(tmp_path / "out" / "test.bin", dtype=np.uint16).tolist()
+    streams = sorted(train + val + test)  # every document's characters by hand, each followed by end-of-text
+    assert streams == sorted([chars.index(c) for text in documents for c in text] + [len(chars)] * len(documents))
+    assert tokenizer.decode(val).count("<|endoftext|>") == description["val_documents"]

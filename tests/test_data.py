@@ -40,6 +40,17 @@ def read_bins(folder: Path) -> tuple[dict, np.ndarray, np.ndarray]:
     return description, np.fromfile(folder / "train.bin", dtype=dtype), np.fromfile(folder / "val.bin", dtype=dtype)
 
 
+def read_test(folder: Path) -> np.ndarray:
+    description = json.loads((folder / TOKENIZER_FILE).read_text(encoding="utf-8"))
+    return np.fromfile(folder / "test.bin", dtype=np.dtype(description["dtype"]))
+
+
+def all_tokens(folder: Path) -> np.ndarray:
+    """The three splits in text order (train, test, val): the whole text's tokens."""
+    _, train, val = read_bins(folder)
+    return np.concatenate([train, read_test(folder), val])
+
+
 # ---- tokenizers ---------------------------------------------------------------------------------------------
 
 
@@ -86,10 +97,13 @@ def test_char_prepare_round_trip_and_split_sizes(tmp_path, val_fraction):
     assert stored == description
     assert train.dtype == np.uint16
     chars = sorted(set(TEXT))
-    assert "".join(chars[i] for i in np.concatenate([train, val])) == TEXT
-    assert abs(len(val) - val_fraction * len(TEXT)) < 1 and len(train) + len(val) == len(TEXT)
+    test = read_test(tmp_path)
+    assert "".join(chars[i] for i in all_tokens(tmp_path)) == TEXT
+    assert abs(len(val) - val_fraction * len(TEXT)) < 1 and len(train) + len(test) + len(val) == len(TEXT)
+    assert abs(len(test) - 0.1 * len(TEXT)) < 1
     assert (description["train_tokens"], description["val_tokens"]) == (len(train), len(val))
-    assert load_tokenizer(tmp_path).decode(val.tolist()) == TEXT[len(train):]
+    assert description["test_tokens"] == len(test)
+    assert load_tokenizer(tmp_path).decode(val.tolist()) == TEXT[len(train) + len(test):]
 
 
 def test_gpt2_prepare_uses_uint16_and_gpt2_ids(tmp_path, corpus_text):
@@ -98,7 +112,7 @@ def test_gpt2_prepare_uses_uint16_and_gpt2_ids(tmp_path, corpus_text):
     _, train, val = read_bins(tmp_path)
     assert description["kind"] == "gpt2" and description["vocab_size"] == 50257
     assert train.dtype == np.uint16
-    ids = np.concatenate([train, val])
+    ids = all_tokens(tmp_path)
     assert ids.max() < 50257
     assert GPT2Tokenizer().decode(ids.tolist()) == text
     assert abs(len(val) - 0.1 * len(ids)) < 1
@@ -121,7 +135,7 @@ def test_prepare_writes_the_requested_dtype(tmp_path):
     assert description["dtype"] == "uint32"
     assert (tmp_path / "train.bin").stat().st_size == 4 * len(train)
     assert load_split(tmp_path, "train", 8).tolist() == train.tolist()
-    assert CharTokenizer.from_text(TEXT).decode(np.concatenate([train, val]).tolist()) == TEXT
+    assert CharTokenizer.from_text(TEXT).decode(all_tokens(tmp_path).tolist()) == TEXT
 
 
 def test_prepare_rejects_a_dtype_too_small_for_the_vocabulary(tmp_path):
@@ -219,7 +233,7 @@ def test_python_docs_default_corpus_prepares_without_network(tmp_path, monkeypat
     description = prepare(text, tmp_path, "char")
     _, train, val = read_bins(tmp_path)
     assert description["vocab_size"] == len(set(text))
-    assert load_tokenizer(tmp_path).decode(np.concatenate([train, val]).tolist()) == text
+    assert load_tokenizer(tmp_path).decode(all_tokens(tmp_path).tolist()) == text
 
 
 @pytest.fixture
@@ -276,7 +290,7 @@ def test_prepare_script_with_input(repo_copy, script_env, tmp_path):
     description, train, val = read_bins(folder)
     assert f"vocab {len(set(TEXT))}" in result.stdout
     assert len(val) == round(0.2 * len(TEXT)) and description["source"] == str(tmp_path / "input.txt")
-    assert CharTokenizer(description["chars"]).decode(np.concatenate([train, val]).tolist()) == TEXT
+    assert CharTokenizer(description["chars"]).decode(all_tokens(folder).tolist()) == TEXT
 
 
 # ---- splits and batches -------------------------------------------------------------------------------------

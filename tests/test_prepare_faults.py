@@ -1,0 +1,144 @@
+"""The preparers' faults, as tests/test_faults.py checks the other scripts': every case ends with exit status 2,
+one line naming the value, the limit and the fix, no traceback, and the dataset that was there byte for byte as
+it was. The preparers' main() runs in this process, through errors.main_guard as the scripts do."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_faults import assert_one_line_error, cli, digests
+
+from dataset import load_split, prepare, prepare_main, split_difference, split_identity
+from errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 30
+
+
+def char_preparer(folder: Path):
+    """What data/shakespeare_char/prepare.py runs, writing to folder (its own folder is the repo's)."""
+    return lambda argv: prepare_main(argv, folder, "char", lambda: TEXT, "")
+
+
+def corpus_main():
+    spec = importlib.util.spec_from_file_location("prepare_corpus_script", REPO / "data" / "corpus" / "prepare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture
+def prepared(tmp_path, capsys) -> Path:
+    code, out, err = cli(char_preparer(tmp_path / "data"), [], capsys)
+    assert code == 0 and "test" in out, err
+    return tmp_path / "data"
+
+
+def test_another_input_over_a_prepared_dataset_needs_overwrite(prepared, tmp_path, capsys):
+    before = digests(prepared)
+    (tmp_path / "other.txt").write_text("a whole other text, with other characters! " * 50)
+    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'other.txt'}"], capsys)
+    assert_one_line_error(*result, str(prepared), "already holds a dataset", "--overwrite=True")
+    assert digests(prepared) == before
+    code, _, err = cli(char_preparer(prepared), [f"--input={tmp_path / 'other.txt'}", "--overwrite=True"], capsys)
+    assert code == 0, err
+    assert json.loads((prepared / "tokenizer.json").read_text())["source"] == str(tmp_path / "other.txt")
+
+
+def test_an_out_dir_that_is_a_file(tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    result = cli(char_preparer(tmp_path / "data"), [f"--out_dir={tmp_path / 'file'}"], capsys)
+    assert_one_line_error(*result, "is a file, not a folder", "--out_dir")
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--tokenizer=bpe", "--vocab_size=100"], ["vocab_size=100 must be in [257, ", "--tokenizer=bpe"]),
+    (["--tokenizer=bpe"], ["vocab_size=0 must be in [257, ", "e.g. --vocab_size=2048"]),
+    (["--vocab_size=512"], ["vocab_size=512 applies to --tokenizer=bpe only"]),
+    (["--tokenizer=bpe", "--vocab_size=2000"], ["vocab_size=2000 needs 1,743 merges", "bytes of training text"]),
+    (["--tokenizer=bpe", "--vocab_size=400"], ["vocab_size=400 is more than this training text allows",
+                                               "use --vocab_size="]),
+    (["--tokenizer=wordpiece"], ["tokenizer='wordpiece' must be char, gpt2 or bpe"]),
+    (["--test_fraction=0.95"], ["test_fraction=0.95", "must be below 1"]),
+    (["--val_fraction=0.001"], ["too short", "each split needs at least 2"]),
+])
+def test_bad_tokenizer_and_split_settings_keep_the_old_dataset(prepared, tmp_path, capsys, argv, fragments):
+    before = digests(prepared)
+    (tmp_path / "small.txt").write_text("abab abab cdcd. " * 40)  # 640 bytes: 512 of them for training
+    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'small.txt'}", "--overwrite=True", "--progress=False",
+                                           *argv], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert digests(prepared) == before
+
+
+def test_an_input_too_large_to_hold_is_sent_to_the_corpus_preparer(prepared, tmp_path, capsys, monkeypatch):
+    import dataset
+
+    monkeypatch.setattr(dataset, "MAX_TEXT_BYTES", 100)
+    before = digests(prepared)
+    (tmp_path / "big.txt").write_text("x" * 101)
+    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'big.txt'}", "--overwrite=True"], capsys)
+    assert_one_line_error(*result, "holds 101 bytes, more than the 100", "data/corpus/prepare.py")
+    assert digests(prepared) == before
+
+
+def test_corpus_settings_that_size_processes_or_memory(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text(TEXT)
+    for flag, fragments in [("--workers=1000", ["workers=1000 is more than", "per CPU core", "--workers="]),
+                            ("--chunk_bytes=1000000000000", ["chunk_bytes=1000000000000", "at most"]),
+                            ("--vocab_size=300", ["vocab_size=300 applies to --tokenizer=bpe only"])]:
+        result = cli(corpus_main(), [f"--input={tmp_path / 'a.txt'}", f"--out_dir={tmp_path / 'out'}", flag],
+                     capsys)
+        assert_one_line_error(*result, *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("line, fragments", [
+    ('{"text": 42}', ["d.jsonl:1: no text field 'text'", "its 'text' is a int, '42', not a string"]),
+    ('{"text": null}', ["its 'text' is a NoneType"]),
+    ('["text"]', ["the line is a JSON list, not an object"]),
+    ('{"body": "x"}', ["the line has ['body']", "--text_field=NAME"]),
+])
+def test_a_json_line_without_text_says_what_it_holds(tmp_path, capsys, line, fragments):
+    (tmp_path / "d.jsonl").write_text(line + "\n")
+    result = cli(corpus_main(), [f"--input={tmp_path / 'd.jsonl'}", f"--out_dir={tmp_path / 'out'}",
+                                 "--workers=1", "--progress=False"], capsys)
+    assert_one_line_error(*result, *fragments)
+
+
+# ---- the test split --------------------------------------------------------------------------------------------
+
+
+def test_the_test_split_loads_and_an_old_dataset_names_the_fix(prepared, capsys):
+    description = json.loads((prepared / "tokenizer.json").read_text())
+    test = np.fromfile(prepared / "test.bin", dtype=np.uint16)
+    assert load_split(prepared, "test", 8).tolist() == test.tolist() and len(test) == description["test_tokens"]
+    # As an older preparer left it: train.bin, val.bin, and no word of a test split.
+    (prepared / "test.bin").unlink()
+    for key in ("test_tokens", "split"):
+        del description[key]
+    (prepared / "tokenizer.json").write_text(json.dumps(description))
+    assert len(load_split(prepared, "val", 8)) == description["val_tokens"]  # what trained before still loads
+    with pytest.raises(UserError, match=r"has no test split .* re-prepare it with python data/data/prepare.py "
+                                        r"--overwrite=True"):
+        load_split(prepared, "test", 8)
+    assert split_identity(description) is None
+
+
+def test_split_identity_is_the_same_for_the_same_prepare_and_names_a_change(tmp_path):
+    first = prepare(TEXT, tmp_path / "a", "char")
+    again = prepare(TEXT, tmp_path / "b", "char")
+    assert split_identity(first) == split_identity(again) and split_difference(first, again) is None
+    identity = split_identity(first)
+    assert (identity["val_fraction"], identity["test_fraction"]) == (0.1, 0.1)
+    assert identity["train_tokens"] + identity["val_tokens"] + identity["test_tokens"] == len(TEXT)
+    from dataset import PrepareConfig
+
+    other = prepare(TEXT, tmp_path / "c", "char", PrepareConfig(test_fraction=0.2))
+    assert "test_fraction 0.1 before, 0.2 now" in split_difference(first, other)
+    assert "other tokens in the .bin files" in split_difference(first, other)
+    assert split_difference(first, prepare(TEXT.upper(), tmp_path / "d", "char")) == ("another split: other "
+                                                                                       "tokens in the .bin files")
