@@ -357,21 +357,25 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
              "labels": {run["variant"]: run["label"] for run in plan}, "cells": names,
              "lr_sweep": None if sweep is None else {k: v for k, v in sweep.items() if k != "runs"}}
     study["invocation_seconds"] = time.perf_counter() - started
+    every = records + ([] if sweep is None else sweep["runs"])
+    study["compute_seconds"] = {"train": sum(r["train_seconds"] for r in every),
+                                "eval": sum(r["eval"]["seconds"] for r in every if "eval" in r)}
     return {**study, **report(study_dir, plan, records, study, ablate), "interrupted": 0}
 
 
 def with_history(plan: list[dict], records: list[dict]) -> list[dict]:
     """The records with each branch's val-estimate curve preceded by those of the runs it continues (a wsd
-    branch's own curve starts where its constant-rate segment ended)."""
-    by_dir = {run["dir"]: record for run, record in zip(plan, records, strict=True)}
+    branch's own curve starts where its constant-rate segment ended), and its training time theirs added."""
+    by_dir = {run["dir"]: (run, record) for run, record in zip(plan, records, strict=True)}
     full = []
     for run, record in zip(plan, records, strict=True):
-        evals, start = list(record["evals"]), run["start_from"]
+        evals, seconds, start = list(record["evals"]), record["train_seconds"], run["start_from"]
         while start is not None:
-            earlier = by_dir[start]["evals"]
-            evals = [e for e in earlier if e["iter"] < evals[0]["iter"]] + evals
-            start = next(r["start_from"] for r in plan if r["dir"] == start)
-        full.append({**record, "evals": evals})
+            earlier, earlier_record = by_dir[start]
+            evals = [e for e in earlier_record["evals"] if e["iter"] < evals[0]["iter"]] + evals
+            seconds += earlier_record["train_seconds"]
+            start = earlier["start_from"]
+        full.append({**record, "evals": evals, "train_seconds": seconds})
     return full
 
 

@@ -182,14 +182,15 @@ def header_lines(ablate: "AblateConfig", plan: list[dict], records: list[dict], 
     window, stride = sliding_geometry(ablate, model_config.block_size)
     budget = f"{study['headline_budget']} steps" + (
         f" or {first.max_seconds:g} s of training" if first.max_seconds else "")
-    budgets = sorted({run["budget"] for run in plan})
-    schedule = (f"{first.lr_schedule} schedule" + (f" (decay over the last {first.wsd_decay_fraction:g} of each "
-                                                   f"budget, {first.wsd_decay_shape})" if first.lr_schedule == "wsd"
-                                                   else "") if first.decay_lr else "constant learning rate")
+    budgets = sorted(ablate.budgets)
+    schedules = {(r["train_config"].decay_lr, r["train_config"].lr_schedule) for r in plan}
+    schedule = ("schedule per cell" if len(schedules) > 1 else f"{first.lr_schedule} schedule" + (
+        f" (decay over the last {first.wsd_decay_fraction:g} of each budget, {first.wsd_decay_shape})"
+        if first.lr_schedule == "wsd" else "") if first.decay_lr else "constant learning rate")
     train_minutes = sum(r["train_seconds"] for r in records) / 60
     eval_minutes = sum(r["eval"]["seconds"] for r in records) / 60
     seeds = sorted({r["seed"] for r in records})
-    counts = records[0]["eval"]
+    counts, compute = records[0]["eval"], study["compute_seconds"]
     lines = [
         f"# Study: {', '.join(dict.fromkeys(study['labels'][r['variant']] for r in plan))}", "",
         f"Dataset `{first.dataset}`, scored on its **{study['split']}** split ({counts['tokens']:,} tokens, "
@@ -199,7 +200,9 @@ def header_lines(ablate: "AblateConfig", plan: list[dict], records: list[dict], 
         + (f" (budgets {', '.join(map(str, budgets))})" if len(budgets) > 1 else "") + f"; seeds "
         f"{seeds[0]}..{seeds[-1]} for every cell (one seed gives every cell the same initialisation of the shared "
         f"weights and the same batches). Compute at this budget: {train_minutes:.1f} min of training and "
-        f"{eval_minutes:.1f} min of evaluation in all, {torch.get_num_threads()} torch thread(s).", "",
+        f"{eval_minutes:.1f} min of evaluation in all; the whole study (every budget"
+        + (", the learning-rate sweep" if study["lr_sweep"] else "") + f"): {compute['train'] / 60:.1f} + "
+        f"{compute['eval'] / 60:.1f} min; {torch.get_num_threads()} torch thread(s).", "",
         f"Each number is the mean over {len(seeds)} seed(s) ± the half-width of its {CONFIDENCE:.0%} t confidence "
         f"interval. Every run's **final** model ({CHECKPOINT}) is scored on the **whole** {study['split']} split at "
         "each length L"
