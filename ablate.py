@@ -18,7 +18,10 @@ Each run trains in this process with train.train() into <study_dir>/<cell>/seed<
 budget below it) and leaves there its checkpoints, train.log, done.json (the training record with every setting
 that changes the numbers, the data split's identity included) and eval.json (the evaluation). A rerun reuses
 finished runs, refuses one made with other settings, and restarts unfinished ones from scratch; runs go seed by
-seed, so a study cut short still has whole seeds for every cell.
+seed, so a study cut short still has whole seeds for every cell. Runs can be spread over processes (--jobs=N) or a
+cluster's job array (--run_index=K, then --report_only=True); see study_runs.py for how they share one study
+folder. With --lr_sweep the study has two stages: --list_runs and --run_index number the sweep's runs until it
+has finished, then the headline's runs (which depend on the sweep's picks).
 
 Evaluation of every final model (ckpt.pt) on the whole eval_split (test; val for a study that makes a choice), at
 each length L in eval_multipliers:
@@ -44,13 +47,13 @@ import ablate_plots
 import study_plan
 from checkpoint import load_checkpoint
 from dataset import load_split, resolve_data_dir
-from errors import OptionError, main_guard
+from errors import OptionError, UserError, main_guard
 from model import GPT, GPTConfig
 from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, sliding_geometry
 from study_report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
-from study_runs import train_and_evaluate
+from study_runs import finished_records, study_records
 from tokenizer import read_description
 from train import TrainConfig, build_model
 
@@ -88,6 +91,11 @@ class AblateConfig:
     eval_batch_size: int = 64  # windows per forward pass in the evaluation
     reference: str = ""  # the cell that the paired-difference plot compares every other cell to; "": the first
     threads: int = 0  # torch CPU threads; 0: torch's default. 1 is faster when other jobs share a small CPU
+    jobs: int = 1  # runs trained at once, each in its own process on its share of the CPUs (or --threads)
+    run_index: int = -1  # train and evaluate only run number K of the plan (a job array's task); -1: all
+    report_only: bool = False  # report from the runs on disk, training nothing; unfinished runs are an error
+    list_runs: bool = False  # print the plan's runs (their numbers for --run_index) and stop
+    overwrite: bool = False  # replace the results of another study in study_dir (its runs are kept)
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.protocols if p not in PROTOCOLS]
@@ -122,6 +130,9 @@ class AblateConfig:
             raise ValueError(f"headline_budget={self.headline_budget} is not one of budgets={self.budgets}")
         if self.lr_sweep_budget < 0:
             raise ValueError(f"lr_sweep_budget={self.lr_sweep_budget} must be >= 0 (0: the headline budget)")
+        if self.jobs < 1 or self.run_index < -1 or (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
+            raise ValueError(f"jobs={self.jobs} (at least 1), run_index={self.run_index} (-1: all) and report_only="
+                             f"{self.report_only}: choose one of --jobs, --run_index and --report_only")
         if self.eval_split not in SPLITS:
             raise ValueError(f"eval_split={self.eval_split!r} must be one of {', '.join(SPLITS)}")
         if not self.variants and not self.grid:
@@ -300,19 +311,27 @@ def lr_sweep_plan(ablate: AblateConfig, train_config: TrainConfig, model_config:
                                  Path(ablate.study_dir), sweep_seeds, budget)
 
 
-def own_learning_rates(ablate: AblateConfig, plan: list[dict], cells: list[dict],
-                       block_size: int) -> tuple[dict | None, int]:
-    """Train the learning-rate sweep's plan (scored on val only) and pick each cell's rate: ({"picks": {cell:
-    rate}, "val": {cell: {rate: [val loss per seed]}}, "budget", "runs": records}, 0), or (None, the signal)
-    when one stopped it."""
-    at_block = replace(ablate, eval_multipliers=[1.0], protocols=["nonoverlapping"])
-    records, stopped_by = train_and_evaluate(plan, at_block, plan[0]["train_config"].progress)
-    if stopped_by:
+def own_learning_rates(ablate: AblateConfig, plan: list[dict], train_config: TrainConfig, model_config: GPTConfig,
+                       cells: list[dict]) -> tuple[dict | None, int]:
+    """The learning-rate sweep's stage (its runs scored on val only, at L = block_size) and each cell's pick:
+    ({"picks": {cell: rate}, "val": {cell: {rate: [val loss per seed]}}, "budget", "runs": records}, 0); or
+    (None, 0) when --list_runs or --run_index ended this stage, (None, the signal) when one stopped it. Once the
+    sweep has finished on disk, --list_runs and --run_index go on to the headline's runs."""
+    names = [cell_name(c) for c in cells]
+    try:
+        staged = ablate.run_index >= 0 or ablate.list_runs
+        records, stopped_by = (finished_records(plan, ablate), 0) if staged else (None, 0)
+    except UserError:
+        records = None
+    if records is None:
+        records, stopped_by = study_records(plan, ablate, train_config, model_config, names)
+    if records is None or stopped_by:
         return None, stopped_by
-    val: dict[str, dict[float, list[float]]] = {cell_name(c): {lr: [] for lr in ablate.lr_sweep} for c in cells}
+    block = str(model_config.block_size)
+    val: dict[str, dict[float, list[float]]] = {name: {lr: [] for lr in ablate.lr_sweep} for name in names}
     for run, record in zip(plan, records, strict=True):
         assert record["eval"]["split"] == "val", "a choice must never see the test split"
-        loss = record["eval"]["protocols"]["nonoverlapping"][str(block_size)]["loss"]
+        loss = record["eval"]["protocols"]["nonoverlapping"][block]["loss"]
         val[run["cell"]][run["train_config"].learning_rate].append(loss)
     return {"picks": study_plan.pick_learning_rates(val), "val": val, "budget": plan[0]["budget"],
             "runs": records}, 0
@@ -335,19 +354,18 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     names = [cell_name(c) for c in cells]
     sweep_plan = lr_sweep_plan(ablate, train_config, model_config, cells)  # the own rates' settings checked too
     check_before_training(ablate, plan, names)
-    study_dir.mkdir(parents=True, exist_ok=True)
     sweep = None
     if sweep_plan:
-        sweep, stopped_by = own_learning_rates(ablate, sweep_plan, cells, model_config.block_size)
-        if stopped_by:
+        sweep, stopped_by = own_learning_rates(ablate, sweep_plan, train_config, model_config, cells)
+        if sweep is None:  # stopped, or --list_runs / --run_index within the sweep: nothing to report
             return {"interrupted": stopped_by}
         own = own_rate_cells(cells, sweep["picks"], train_config.learning_rate)
         plan = run_plan(ablate, train_config, model_config, cells + own)
         sweep["own"] = {cell_name(c): cell_name({**c, "learning_rate": sweep["picks"][cell_name(c)]})
                         if sweep["picks"][cell_name(c)] != train_config.learning_rate else cell_name(c)
                         for c in cells}
-    records, stopped_by = train_and_evaluate(plan, ablate, train_config.progress)
-    if stopped_by:
+    records, stopped_by = study_records(plan, ablate, train_config, model_config, names)
+    if stopped_by or records is None:  # stopped, or --list_runs / --run_index: nothing to report
         return {"interrupted": stopped_by}
     block_size = model_config.block_size
     study = {"ablate_config": asdict(ablate), "lengths": eval_lengths(block_size, ablate.eval_multipliers),
@@ -398,7 +416,7 @@ def report(study_dir: Path, plan: list[dict], records: list[dict], study: dict, 
 
 def main(argv: list[str]) -> None:
     ablate, train_config, model_config = parse_options(argv, (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py",
-                                                       description=__doc__, skip=PER_RUN)
+                                                       description=__doc__, skip=tuple(set(PER_RUN) - {"overwrite"}))
     received = []
 
     def stop(signum: int, frame) -> None:
@@ -413,6 +431,8 @@ def main(argv: list[str]) -> None:
         print("interrupted: finished runs are kept; run the same command again to continue", file=sys.stderr)
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])
+    if "summary" not in result:
+        return
     print(f"done in {result['invocation_seconds']:.0f} s: {Path(ablate.study_dir) / 'results.md'}")
     print((Path(ablate.study_dir) / "results.md").read_text())
 

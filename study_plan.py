@@ -21,6 +21,7 @@ from schedule import wsd_decay_iters
 
 MAX_RUNS = 100_000  # runs in one plan: it is built in memory
 STABLE = "stable"  # the role of a constant-rate segment that wsd budgets branch from; it is not evaluated
+SWEEP_EVALUATION = {"eval_multipliers": [1.0], "protocols": ["nonoverlapping"]}  # what a sweep's pick looks at
 
 
 def cell_dir(name: str) -> str:
@@ -124,7 +125,7 @@ def sweep_plan(configs: list[tuple], learning_rates: list[float], study_dir: Pat
                 except ValueError as e:
                     raise OptionError(f"cell {name!r}, lr_sweep {learning_rate:g}: {e}") from None
                 plan.append({**entry(variant, f"{label} lr {learning_rate:g}", seed, budget, "sweep", "val",
-                                     run_dir, config, cell_model), "cell": name})
+                                     run_dir, config, cell_model), "cell": name, "evaluation": SWEEP_EVALUATION})
     return plan
 
 

@@ -249,7 +249,7 @@ def sweep_picks(root, monkeypatch) -> tuple[dict, list[str]]:
     monkeypatch.setattr(study_runs, "load_split", spy)
     cells = ablate.study_cells(ablate_config)
     plan = ablate.lr_sweep_plan(ablate_config, train_config, model_config, cells)
-    sweep, stopped = ablate.own_learning_rates(ablate_config, plan, cells, BLOCK)
+    sweep, stopped = ablate.own_learning_rates(ablate_config, plan, train_config, model_config, cells)
     assert stopped == 0
     return sweep, loaded
 
