@@ -8,8 +8,10 @@ one line before anything trains.
 import json
 import math
 import random
+import re
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -383,3 +385,61 @@ def test_sliding_window_as_long_as_the_eval_length_compares_no_model_with_itself
     assert len(families["longer, nonoverlapping"]) == 1
     families = ablate.study_comparisons(records, ["a", "b"], [16, 32], replace(config, sliding_window=16), 16)
     assert {r["a"] for r in families["extrapolation against the sliding window"]} == {"a", "b"}
+
+
+# ---------------------------------------------------------------------------------------------------- many processes
+
+
+def wsd_flags(study_dir, data, **overrides) -> list[str]:
+    settings = dict(study_dir=study_dir, dataset=data, variants="rope", seeds=2, budgets="8,12",
+                    eval_multipliers=1, protocols="nonoverlapping", eval_batch_size=16, threads=1, max_iters=12,
+                    eval_interval=4, eval_iters=2, log_interval=1, batch_size=4, warmup_iters=1, lr_decay_iters=8,
+                    learning_rate=1e-2, min_lr=1e-3, device="cpu", compile=False, progress=False, n_layer=1,
+                    n_head=2, n_embd=16, block_size=BLOCK, lr_schedule="wsd", wsd_decay_fraction=0.5)
+    return [f"--{k}={v}" for k, v in {**settings, **overrides}.items()]
+
+
+def budget_numbers(study_dir) -> dict:
+    results = json.loads((study_dir / "results.json").read_text())
+    return {b: [(r["variant"], r["seeds"], r["loss"]) for r in entry["rows"]]
+            for b, entry in results["budgets"]["by_budget"].items()}
+
+
+def test_run_index_trains_the_segments_its_branch_continues(tmp_path, data_dir, capsys):
+    from test_faults import cli
+
+    reference = tmp_path / "reference"
+    code, out, err = cli(ablate.main, wsd_flags(reference, data_dir), capsys)
+    assert code == 0, (out, err)
+    study_dir = tmp_path / "study"
+    code, out, _ = cli(ablate.main, wsd_flags(study_dir, data_dir, list_runs=True), capsys)
+    assert out.strip().splitlines()[-1].startswith("8 runs")  # per seed: stable4, 8steps, stable6, 12steps
+    code, out, err = cli(ablate.main, wsd_flags(study_dir, data_dir, run_index=3), capsys)  # seed 1337's 12steps
+    trained = re.findall(r"^trained (\S+):", out, re.M)
+    assert code == 0 and [Path(t).name for t in trained] == ["stable4", "stable6", "12steps"], (out, err)
+    for index in (1, 4, 5, 6, 7):
+        code, out, err = cli(ablate.main, wsd_flags(study_dir, data_dir, run_index=index), capsys)
+        assert code == 0, (out, err)
+    code, out, err = cli(ablate.main, wsd_flags(study_dir, data_dir, report_only=True), capsys)
+    assert code == 0 and "trained" not in out, (out, err)
+    assert budget_numbers(study_dir) == budget_numbers(reference)
+
+
+@pytest.mark.slow
+def test_jobs_on_wsd_branches_give_the_numbers_of_one_process(tmp_path, data_dir, capsys, script_env):
+    import subprocess
+    import sys
+
+    from test_faults import cli
+
+    reference = tmp_path / "reference"
+    assert cli(ablate.main, wsd_flags(reference, data_dir), capsys)[0] == 0
+    study_dir = tmp_path / "study"
+    process = subprocess.run([sys.executable, "ablate.py", *wsd_flags(study_dir, data_dir, jobs=2, threads=0)],
+                             cwd=Path(ablate.__file__).parent, env=script_env, capture_output=True, text=True,
+                             timeout=600)
+    assert process.returncode == 0, process.stderr
+    trained = sorted(Path(t).relative_to(study_dir).as_posix()
+                     for t in re.findall(r"^trained (\S+):", process.stdout, re.M))
+    assert len(trained) == len(set(trained)) == 8  # each run once
+    assert budget_numbers(study_dir) == budget_numbers(reference)
