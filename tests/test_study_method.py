@@ -443,3 +443,17 @@ def test_jobs_on_wsd_branches_give_the_numbers_of_one_process(tmp_path, data_dir
                      for t in re.findall(r"^trained (\S+):", process.stdout, re.M))
     assert len(trained) == len(set(trained)) == 8  # each run once
     assert budget_numbers(study_dir) == budget_numbers(reference)
+
+
+def test_list_runs_numbers_the_sweep_until_it_has_finished(tmp_path, data_dir, capsys):
+    from test_faults import cli
+
+    flags = wsd_flags(tmp_path / "study", data_dir, budgets="8", seeds=1, lr_sweep="3e-3,3e-2", lr_sweep_seeds=1,
+                      variants="learned,rope")
+    code, out, _ = cli(ablate.main, [*flags, "--list_runs=True"], capsys)
+    assert code == 0 and out.strip().splitlines()[-1].startswith("4 runs")  # 2 cells x 2 rates x 1 seed
+    assert "lr_sweep" in out
+    for index in range(4):
+        assert cli(ablate.main, [*flags, f"--run_index={index}"], capsys)[0] == 0
+    code, out, _ = cli(ablate.main, [*flags, "--list_runs=True"], capsys)  # now the headline's runs
+    assert code == 0 and "lr_sweep" not in out and "stable4" in out, out
