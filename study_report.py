@@ -23,10 +23,22 @@ if typing.TYPE_CHECKING:
 CHECKPOINT = "ckpt.pt"  # the final model of each run, the one every evaluation scores
 
 
-def seed_values(records: list[dict], variant: str, protocol: str, length: int) -> dict[int, float] | None:
-    """{seed: loss} of a cell under one protocol and length; None when the cell cannot run it."""
+def seed_values(records: list[dict], variant: str, protocol: str, length: int,
+                unit: str | None = None) -> dict[int, float] | None:
+    """{seed: loss} of a cell under one protocol and length, in nats per token (unit None) or in bits per byte
+    ("bytes") or per character ("chars") of the split its own run scored; None when the cell cannot run it."""
     entries = ablate_plots.seed_entries(records, variant, protocol, length)
-    return None if entries is None else {seed: entry["loss"] for seed, entry in entries.items()}
+    if entries is None:
+        return None
+    runs = {r["seed"]: r for r in records if r["variant"] == variant}
+    return {seed: entry["loss"] if unit is None else bits_per(entry["loss"], runs[seed]["eval"], unit)
+            for seed, entry in entries.items()}
+
+
+def one_split(records: list[dict]) -> bool:
+    """Whether every record was scored on the same tokens; cells that tokenize the text differently (a dataset
+    per cell) are not, and only bits per byte compares them."""
+    return len({(r["eval"]["tokens"], r["eval"]["bytes"]) for r in records}) == 1
 
 
 def bits_factor(records: list[dict], unit: str) -> float:
@@ -41,10 +53,11 @@ def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int], mar
     """Paired differences for pairs of (cell, protocol) at each length, with Holm's correction per length; with a
     margin, the equivalence test (TOST, Holm-corrected the same way) and the verdict of each pair."""
     rows = []
+    unit = None if one_split(records) else "bytes"
     for length in lengths:
         found = []
         for (a, pa), (b, pb) in pairs:
-            va, vb = seed_values(records, a, pa, length), seed_values(records, b, pb, length)
+            va, vb = seed_values(records, a, pa, length, unit), seed_values(records, b, pb, length, unit)
             if va is None or vb is None:
                 continue
             seeds = sorted(set(va) & set(vb))
@@ -53,7 +66,8 @@ def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int], mar
         for row, rejected in zip(found, holm([r["p"] for r in found]), strict=True):
             row["significant"] = bool(row["low"] > 0 or row["high"] < 0)
             row["holm"] = rejected
-            row["mean_bits_per_byte"] = row["mean"] * bits_factor(records, "bytes")
+            row["unit"] = "bits/byte" if unit else "nats/token"
+            row["mean_bits_per_byte"] = row["mean"] if unit else row["mean"] * bits_factor(records, "bytes")
         if margin:
             tost_p = [tost(r["differences"], margin) for r in found]
             for row, p, equivalent in zip(found, tost_p, holm(tost_p), strict=True):
@@ -113,7 +127,7 @@ def comparison_table(rows: list[dict], block_size: int, labels: dict[str, str]) 
               f"{r['a_wins']}/{r['b_wins']}", "**yes**" if r["significant"] else "no",
               "**yes**" if r["holm"] else "no"] + ([f"{r['tost_p']:.2g}", f"**{r['verdict']}**"] if tested else [])
              for r in rows]
-    columns = ["length", "a", "b", "mean a − b (nats/token)", f"{CONFIDENCE:.0%} CI", "a − b (bits/byte)",
+    columns = ["length", "a", "b", f"mean a − b ({rows[0]['unit']})", f"{CONFIDENCE:.0%} CI", "a − b (bits/byte)",
                "p (paired t)", "seeds a/b lower", "CI excludes 0", "after Holm"]
     columns += [f"p (TOST, ±{rows[0]['margin']:g})", "verdict"] if tested else []
     return markdown_table(columns, cells)
@@ -193,8 +207,12 @@ def header_lines(ablate: "AblateConfig", plan: list[dict], records: list[dict], 
     counts, compute = records[0]["eval"], study["compute_seconds"]
     lines = [
         f"# Study: {', '.join(dict.fromkeys(study['labels'][r['variant']] for r in plan))}", "",
-        f"Dataset `{first.dataset}`, scored on its **{study['split']}** split ({counts['tokens']:,} tokens, "
-        f"{counts['bytes']:,} bytes, {counts['chars']:,} characters); n_layer {model_config.n_layer}, n_head "
+        (f"Dataset `{first.dataset}`, scored on its **{study['split']}** split ({counts['tokens']:,} tokens, "
+         f"{counts['bytes']:,} bytes, {counts['chars']:,} characters)" if one_split(records) else
+         f"Datasets {', '.join(sorted({f'`{r.dataset}`' for r in (run['train_config'] for run in plan)}))}, each "
+         f"scored on its own **{study['split']}** split; the cells tokenize the text differently, so they are "
+         "compared in bits per byte (a t test on each seed's bits per byte)")
+        + f"; n_layer {model_config.n_layer}, n_head "
         f"{model_config.n_head}, n_embd {model_config.n_embd}, block_size {model_config.block_size}, batch "
         f"{first.batch_size}, learning rate {first.learning_rate:g}, {schedule}; the tables' budget {budget} per run"
         + (f" (budgets {', '.join(map(str, budgets))})" if len(budgets) > 1 else "") + f"; seeds "
