@@ -5,7 +5,7 @@
 # for v in 512 2048 8192; do python data/python_docs_char/prepare.py --tokenizer=bpe \
 #     --vocab_size=$v --out_dir=data/python_docs_bpe$v; done
 # python data/python_docs_char/prepare.py --tokenizer=gpt2 --out_dir=data/python_docs_gpt2
-# python ablate.py config/ablate_tokenizers.py
+# python ablate.py config/ablate_tokenizers_python_docs.py
 base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-tokenizers-python-docs"
 variants = ["dataset=python_docs_char", "dataset=python_docs_bpe512", "dataset=python_docs_bpe2048",
