@@ -457,3 +457,28 @@ def test_list_runs_numbers_the_sweep_until_it_has_finished(tmp_path, data_dir, c
         assert cli(ablate.main, [*flags, f"--run_index={index}"], capsys)[0] == 0
     code, out, _ = cli(ablate.main, [*flags, "--list_runs=True"], capsys)  # now the headline's runs
     assert code == 0 and "lr_sweep" not in out and "stable4" in out, out
+
+
+def test_cells_that_tokenize_differently_are_compared_in_bits_per_byte():
+    """Cells on datasets that tokenize the same text differently (char vs BPE) score different token counts;
+    their paired gap is taken seed by seed in bits per byte, each run's own bytes, by hand here."""
+    import study_report
+
+    def record(cell, seed, loss, tokens, nbytes):
+        return {"variant": cell, "seed": seed, "eval": {"tokens": tokens, "bytes": nbytes, "chars": nbytes,
+                                                         "protocols": {"nonoverlapping": {"64": {"loss": loss}}}}}
+
+    char = {1: 1.40, 2: 1.45, 3: 1.38}  # nats per token, 1000 tokens = 1000 bytes
+    bpe = {1: 4.10, 2: 4.30, 3: 4.00}  # nats per token, 300 tokens for the same 1000 bytes
+    records = [record("char", s, v, 1000, 1000) for s, v in char.items()]
+    records += [record("bpe", s, v, 300, 1000) for s, v in bpe.items()]
+    [row] = study_report.comparisons(records, [(("char", "nonoverlapping"), ("bpe", "nonoverlapping"))], [64])
+    by_hand = [(char[s] * 1000 / 1000 - bpe[s] * 300 / 1000) / math.log(2) for s in (1, 2, 3)]
+    assert row["unit"] == "bits/byte"
+    assert row["mean"] == pytest.approx(np.mean(by_hand), rel=1e-12)
+    assert row["mean_bits_per_byte"] == pytest.approx(np.mean(by_hand), rel=1e-12)
+    assert row["p"] == pytest.approx(stats.ttest_1samp(by_hand, 0.0).pvalue, rel=1e-9)
+    same = [record("a", s, v, 1000, 1000) for s, v in char.items()]
+    same += [record("b", s, v, 1000, 1000) for s, v in bpe.items()]
+    [row] = study_report.comparisons(same, [(("a", "nonoverlapping"), ("b", "nonoverlapping"))], [64])
+    assert row["unit"] == "nats/token" and row["mean"] == pytest.approx(np.mean([char[s] - bpe[s] for s in (1, 2, 3)]))
