@@ -27,12 +27,13 @@ import torch
 from tqdm.auto import tqdm
 
 from checkpoint import read_checkpoint
-from dataset import load_split, resolve_data_dir
+from dataset import load_split, resolve_data_dir, split_identity
 from devices import choose_device, choose_dtype
 from errors import OptionError, UserError
-from files import hold_lock, remove_stale_temps, write_atomic
+from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
 from model import GPTConfig
-from study_eval import eval_lengths, evaluate_model, sliding_geometry
+from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_counts
+from study_plan import STABLE, tokens_per_iter
 from study_report import CHECKPOINT
 from tokenizer import read_description
 from train import TrainConfig, train
@@ -50,10 +51,15 @@ RUN_RECORDS = ("done.json", "eval.json")
 
 
 def settings(run: dict) -> dict:
-    """Everything that changes a run's numbers: both configs (less NEUTRAL fields) and the data's description."""
+    """Everything that changes a run's numbers: both configs (less NEUTRAL fields), the data's description (with
+    its split's identity: rule, fractions, token counts, SHA-256 of each .bin), and, for a run of a study's plan,
+    the split it is scored on and the run it continues (its folder, by name)."""
     description = read_description(resolve_data_dir(run["train_config"].dataset))
-    return {"train_config": {k: v for k, v in asdict(run["train_config"]).items() if k not in NEUTRAL},
-            "model_config": asdict(run["model_config"]), "data": description}
+    found = {"train_config": {k: v for k, v in asdict(run["train_config"]).items() if k not in NEUTRAL},
+             "model_config": asdict(run["model_config"]), "data": description}
+    if "split" in run:  # study_identity's base configs are no run
+        found["run"] = {"scored_on": run["split"], "starts_from": run["start_from"] and run["start_from"].name}
+    return found
 
 
 def changed_settings(stored: dict, current: dict) -> list[str]:
@@ -206,6 +212,9 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
         run["dir"].mkdir(parents=True)
     except OSError as e:
         raise UserError(f"cannot empty {run['dir']} to train it again: {e.strerror or e}") from None
+    if run["start_from"] is not None:  # a branch: it resumes a copy of the finished run it continues
+        with atomic_files(run["dir"] / CHECKPOINT) as (temp,):
+            shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
     stop = threading.Event()
     watcher = threading.Thread(target=follow, args=(run["dir"] / "metrics.jsonl", bar, start, stop), daemon=True)
     watcher.start()
@@ -218,7 +227,9 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
         watcher.join()
     if result["interrupted"]:
         return None, result["interrupted"]
-    record = {"variant": run["variant"], "seed": run["seed"], "parameters": result["model"].get_num_params(),
+    record = {"variant": run["variant"], "seed": run["seed"], "budget": run["budget"], "role": run["role"],
+              "tokens_per_iter": tokens_per_iter(run["train_config"], run["model_config"]),
+              "parameters": result["model"].get_num_params(),
               "iter_num": result["iter_num"], "final_val_estimate": result["evals"][-1]["val_loss"],
               "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run),
@@ -249,12 +260,19 @@ def follow(metrics_file: Path, bar: tqdm, start: int, stop: threading.Event) -> 
             bar.set_postfix_str(f"step {step}" + (f", loss {loss:.3f}" if loss is not None else ""))
 
 
+def run_evaluation(run: dict, ablate: "AblateConfig") -> "AblateConfig":
+    """The study's evaluation settings as this run uses them (a sweep's run: its own lengths and protocols)."""
+    return replace(ablate, **run.get("evaluation", {}))
+
+
 def eval_key(run: dict, ablate: "AblateConfig") -> dict:
     """What an evaluation depends on: the checkpoint it scored (its bytes), the split, the protocols."""
+    ablate = run_evaluation(run, ablate)
     block_size = run["model_config"].block_size
     window, stride = sliding_geometry(ablate, block_size)
-    return {"checkpoint": CHECKPOINT, "checkpoint_identity": file_identity(run["dir"] / CHECKPOINT), "split": "val",
-            "data": read_description(resolve_data_dir(run["train_config"].dataset)),
+    description = read_description(resolve_data_dir(run["train_config"].dataset))
+    return {"checkpoint": CHECKPOINT, "checkpoint_identity": file_identity(run["dir"] / CHECKPOINT),
+            "split": run["split"], "split_identity": split_identity(description), "data": description,
             "lengths": eval_lengths(block_size, ablate.eval_multipliers), "protocols": ablate.protocols,
             "window": window, "stride": stride}
 
@@ -269,7 +287,8 @@ def cached_eval(run: dict, key: dict) -> dict | None:
 
 
 def evaluate_run(run: dict, ablate: "AblateConfig") -> dict:
-    """The run's final model on the whole val split under each protocol and length; cached in eval.json."""
+    """The run's final model on its whole split (run["split"]: test, or val for a choice) under each protocol
+    and length, with the bytes and characters the scored tokens stand for; cached in eval.json."""
     key = eval_key(run, ablate)
     cached = cached_eval(run, key)
     if cached is not None:
@@ -277,10 +296,11 @@ def evaluate_run(run: dict, ablate: "AblateConfig") -> dict:
     device = choose_device(run["train_config"].device)
     dtype = choose_dtype(run["train_config"].dtype, device)
     model = read_checkpoint(run["dir"] / CHECKPOINT)[0].to(device)
-    val = load_split(resolve_data_dir(run["train_config"].dataset), "val", max(key["lengths"]))
+    data = load_split(resolve_data_dir(run["train_config"].dataset), run["split"], max(key["lengths"]))
     started = time.perf_counter()
-    protocols = evaluate_model(model, val, key["lengths"], ablate, device, dtype)
-    result = {"key": key, "tokens": len(val) - 1, "seconds": time.perf_counter() - started, "protocols": protocols}
+    protocols = evaluate_model(model, data, key["lengths"], run_evaluation(run, ablate), device, dtype)
+    result = {"key": key, "split": run["split"], **target_counts(data, key["data"]),
+              "seconds": time.perf_counter() - started, "protocols": protocols}
     write_atomic(run["dir"] / "eval.json", json.dumps(result))
     return result
 
@@ -297,8 +317,9 @@ def finish_run(run: dict, ablate: "AblateConfig", bar: tqdm, start: int) -> tupl
             return None, stopped_by
         bar.write(f"trained {run['dir']}: {record['iter_num']} steps, final val estimate "
                   f"{record['final_val_estimate']:.4f}")
-    bar.set_postfix_str("evaluating")
-    record["eval"] = evaluate_run(run, ablate)
+    if run["role"] != STABLE:  # a constant-rate segment is a means to its branches, not a result
+        bar.set_postfix_str("evaluating")
+        record["eval"] = evaluate_run(run, ablate)
     return record, 0
 
 
@@ -310,7 +331,7 @@ def take_free_runs(plan: list[dict], ablate: "AblateConfig", records: dict[int, 
     """Finish every run of plan not yet in records that no other process holds (wait: and then those, once
     their holder lets go), adding them to records; 0, or the signal that stopped a training."""
     for i, run in enumerate(plan):
-        if i in records:
+        if i in records or (not wait and unfinished_start(run)):
             continue
         with contextlib.ExitStack() as stack:
             holder = claim(run, stack)
@@ -328,6 +349,12 @@ def take_free_runs(plan: list[dict], ablate: "AblateConfig", records: dict[int, 
             records[i] = record
             bar.n = (i + 1) * max_iters  # a time budget can end a run early
     return 0
+
+
+def unfinished_start(run: dict) -> bool:
+    """A branch whose constant-rate run is not finished (another process holds it): it waits for the second pass,
+    which meets that run first (the plan puts it earlier) and waits for it."""
+    return run["start_from"] is not None and not (run["start_from"] / "done.json").is_file()
 
 
 def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> tuple[list[dict], int]:
@@ -378,18 +405,35 @@ def run_jobs(plan: list[dict], ablate: "AblateConfig") -> None:
             worker.join()
 
 
+def with_starts(plan: list[dict], index: int) -> list[dict]:
+    """Run index of the plan and the runs it continues (a wsd branch's constant-rate segments), earliest first."""
+    by_dir = {run["dir"]: run for run in plan}
+    runs = [plan[index]]
+    while runs[0]["start_from"] is not None:
+        runs.insert(0, by_dir[runs[0]["start_from"]])
+    return runs
+
+
 def train_one(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> int:
-    """--run_index=K: train and evaluate run K alone (a job array's task); 0, or the signal that stopped it."""
-    run = plan[ablate.run_index]
+    """--run_index=K: train and evaluate run K alone (a job array's task), after the runs it continues (trained
+    here unless finished; waited for while another task trains them); 0, or the signal that stopped it."""
+    *starts, run = with_starts(plan, ablate.run_index)
     with contextlib.ExitStack() as stack:
         holder = claim(run, stack)
         if holder is not None:
             raise UserError(f"run {ablate.run_index} ({run['dir']}) is being trained by process {holder}; each "
                             "--run_index may run once at a time")
         bar = stack.enter_context(tqdm(total=max_iters, unit="step", dynamic_ncols=True, disable=not show))
-        record, stopped_by = finish_run(run, ablate, bar, 0)
+        for start in starts:
+            with contextlib.ExitStack() as start_stack:
+                claim(start, start_stack, wait=True)
+                record, stopped_by = finish_run(start, ablate, bar, 0)
+            if record is None:
+                break
+        else:
+            record, stopped_by = finish_run(run, ablate, bar, 0)
     if record is None:
-        print(f"interrupted: {run['dir']} is unfinished and will start again on the next run of ablate.py")
+        print("interrupted: the run is unfinished and will start again on the next run of ablate.py")
     return stopped_by
 
 
@@ -402,6 +446,9 @@ def finished_records(plan: list[dict], ablate: "AblateConfig") -> list[dict]:
             record = None
             if run["dir"].is_dir() and claim(run, stack) is None:
                 record = finished_record(run, overwrite=False)
+            if record is not None and run["role"] == STABLE:  # never evaluated
+                records.append(record)
+                continue
             evaluation = None if record is None else cached_eval(run, eval_key(run, ablate))
             if evaluation is None:
                 missing.append(i)
@@ -414,19 +461,19 @@ def finished_records(plan: list[dict], ablate: "AblateConfig") -> list[dict]:
     return records
 
 
-def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainConfig,
-                  model_config: GPTConfig) -> tuple[list | None, int]:
-    """Claim the study folder, then the runs' records as the study's mode asks: (records, 0) to report; (None, 0)
-    after --list_runs or --run_index, which report nothing; ([], the signal) when one stopped the study."""
+def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig,
+                  cells: list[str]) -> tuple[list | None, int]:
+    """Claim the study folder (the study of these cells), then the runs' records as the study's mode asks:
+    (records, 0) to report; (None, 0) after --list_runs or --run_index, which report nothing; ([], the signal)
+    when one stopped the study. A study with a learning-rate sweep calls this once per stage."""
     check_modes(plan, ablate)
     if ablate.list_runs:
         print(list_runs(plan))
         return None, 0
-    claim_study(ablate, study_identity(ablate, train_config, model_config),
-                list(dict.fromkeys(run["variant"] for run in plan)))
+    claim_study(ablate, study_identity(ablate, train_config, model_config), cells)
     for run in [plan[ablate.run_index]] if ablate.run_index >= 0 else plan:
         finished_record(run, ablate.overwrite)  # a damaged or mismatched record stops the study before any training
-    max_iters, show = train_config.max_iters, train_config.progress
+    max_iters, show = max(run["budget"] for run in plan), train_config.progress
     if ablate.report_only:
         return finished_records(plan, ablate), 0
     if ablate.run_index >= 0:

@@ -56,7 +56,8 @@ from parallel import (
     wrap_for_training,
 )
 from run_dir import Interrupted, MetricsLog, StopRequest, claim_out_dir, start_wandb
-from tokenizer import read_description
+from schedule import check_schedule, get_lr
+from tokenizer import from_description, read_description, token_byte_counts
 
 # ---- the config ---------------------------------------------------------------------------------------------------
 
@@ -85,7 +86,10 @@ class TrainConfig:
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.95  # AdamW beta2
     grad_clip: float = 1.0  # clip the gradient norm to this; 0: no clipping
-    decay_lr: bool = True  # linear warmup then cosine decay; False: constant learning_rate
+    decay_lr: bool = True  # linear warmup then lr_schedule's decay; False: constant learning_rate
+    lr_schedule: str = "cosine"  # cosine (to min_lr at lr_decay_iters) | wsd (warmup, stable, decay): schedule.py
+    wsd_decay_fraction: float = 0.2  # wsd: the decay to min_lr takes the last round(fraction * max_iters) steps
+    wsd_decay_shape: str = "1-sqrt"  # wsd: the decay's shape, linear | 1-sqrt (schedule.py)
     warmup_iters: int = 100  # steps of linear warmup
     lr_decay_iters: int = 5000  # step where the cosine reaches min_lr (at or before warmup_iters: no cosine)
     min_lr: float = 6e-5  # final learning rate (usually learning_rate / 10)
@@ -119,6 +123,7 @@ class TrainConfig:
         if not self.out_dir.strip():
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
         check_init_from(self.init_from, ("scratch", "resume"))
+        check_schedule(self)
 
 
 def check_train_numbers(config: TrainConfig) -> None:
@@ -139,18 +144,6 @@ def check_train_numbers(config: TrainConfig) -> None:
 
 class Diverged(UserError, FloatingPointError):
     """The loss or the weights went NaN or inf: a learning rate too high, usually. Nothing bad was saved."""
-
-
-def get_lr(it: int, config: TrainConfig) -> float:
-    """Linear warmup to learning_rate, cosine decay to min_lr at lr_decay_iters, then min_lr."""
-    if not config.decay_lr:
-        return config.learning_rate
-    if it < config.warmup_iters:
-        return config.learning_rate * (it + 1) / (config.warmup_iters + 1)
-    if it >= config.lr_decay_iters:  # also where lr_decay_iters <= warmup_iters: nanoGPT's schedule has no cosine
-        return config.min_lr
-    progress = (it - config.warmup_iters) / (config.lr_decay_iters - config.warmup_iters)
-    return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.learning_rate - config.min_lr)
 
 
 # ---- building a run -----------------------------------------------------------------------------------------------
@@ -270,6 +263,8 @@ class Run:
     iter_num: int = 0
     best_val_loss: float = math.inf
     has_checkpoint: bool = False  # out_dir/ckpt.pt is this run's: resumed from, or saved since it started
+    # UTF-8 bytes of the estimate's targets per split (the same batches every time): counted at the first one
+    estimate_bytes: dict[str, int] | None = None
 
     @property
     def master(self) -> bool:
@@ -389,6 +384,28 @@ def last_good(run: Run) -> str:
     return "No checkpoint of this run was saved"
 
 
+def estimate_bytes(splits: dict, config: TrainConfig, block_size: int, data_description: dict) -> dict[str, int]:
+    """The UTF-8 bytes that the targets of estimate_loss's batches stand for, per split: the denominator of its
+    bits per byte (loss * tokens / bytes / ln 2). Its batches are the same every call, so this is counted once."""
+    byte_counts = torch.from_numpy(token_byte_counts(from_description(data_description)))
+    counts = {}
+    for split, data in splits.items():
+        generator = torch.Generator().manual_seed(config.seed)
+        batches = (sample_offsets(len(data), block_size, config.batch_size, generator)
+                   for _ in range(config.eval_iters))  # one at a time: eval_iters may be large
+        cpu = torch.device("cpu")
+        counts[split] = sum(int(byte_counts[get_batch(data, offsets, block_size, cpu, len(byte_counts))[1]].sum())
+                            for offsets in batches)
+    return counts
+
+
+def bits_per_byte(run: Run, losses: dict[str, float]) -> dict[str, float]:
+    """The estimate's mean loss per token (nats) as bits per UTF-8 byte of the text its targets stand for."""
+    tokens = run.config.eval_iters * run.config.batch_size * run.block_size
+    return {split: loss * tokens / run.estimate_bytes[split] / math.log(2) if run.estimate_bytes[split] else math.nan
+            for split, loss in losses.items()}
+
+
 def save_latest(run: Run, state: dict | None = None) -> None:
     """Write ckpt.pt from state (default: run_checkpoint(run)), unless its weights have diverged."""
     state = run_checkpoint(run) if state is None else state
@@ -408,13 +425,19 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm, stop: StopRequest | None 
     with stop.interruptible(run.world_size == 1) if stop else contextlib.nullcontext():
         losses = estimate_loss(run.compiled, run.splits, run.config, run.block_size, run.device, run.dtype,
                                run.data_description["vocab_size"])
+        if run.estimate_bytes is None:  # here, not at set-up: a signal interrupts it too
+            run.estimate_bytes = estimate_bytes(run.splits, run.config, run.block_size, run.data_description)
     if not math.isfinite(losses["val"]):
         raise Diverged(f"val loss is {losses['val']} at iteration {run.iter_num}; stopping. {last_good(run)}; "
                        "try a lower learning_rate or grad_clip")
-    record = {"iter": run.iter_num, "train_loss": losses["train"], "val_loss": losses["val"]}
-    run.log.write({"iter": run.iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"]})
+    bpb = bits_per_byte(run, losses)
+    record = {"iter": run.iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
+              "val_bits_per_byte": bpb["val"]}
+    run.log.write({"iter": run.iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"],
+                   "eval_train_bits_per_byte": bpb["train"], "val_bits_per_byte": bpb["val"]})
     if run.master:
-        bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} "
+                  f"({bpb['val']:.4f} bits/byte)")
     if run.config.eval_only:
         return record
     improved = losses["val"] < run.best_val_loss
