@@ -118,6 +118,11 @@ def stop_ids(tokenizer: Tokenizer, config: SampleConfig) -> frozenset[int]:
 def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None) -> list[str]:
     """num_samples continuations of the prompt (prompt included), each ended by its first stop (config.stop,
     <|endoftext|>) if it has one. on_text(piece) receives sample 0 as it grows, never past its stop."""
+    return sample_and_count(model, tokenizer, config, on_text)[0]
+
+
+def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None) -> tuple[list[str], int]:
+    """sample(), and the number of tokens generated per sample (fewer than max_new_tokens when all stopped)."""
     device = next(model.parameters()).device
     prompt = encode_prompt(tokenizer, config.start, model.config.block_size)
     idx = torch.tensor([prompt] * config.num_samples, dtype=torch.long, device=device)
@@ -130,12 +135,14 @@ def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None)
                                  config.top_p, config.slide, use_cache=not config.no_cache, generator=generators,
                                  vocab_size=tokenizer.vocab_size, compile=config.compile)
         if on_text is None and not config.stop and not ends:  # the tokens stay on the device: no sync per token
-            return [tokenizer.decode(row) for row in torch.cat([idx, *stream], dim=1).tolist()]
+            return [tokenizer.decode(row) for row in torch.cat([idx, *stream], dim=1).tolist()], config.max_new_tokens
         rows = [StopText(tokenizer.decode, tuple(config.stop), ends, config.keep_stop)
                 for _ in range(config.num_samples)]
         if on_text is not None:
             on_text(tokenizer.decode(prompt))
+        steps = 0
         for next_tokens in stream:
+            steps += 1
             for number, (row, token) in enumerate(zip(rows, next_tokens[:, 0].tolist(), strict=True)):
                 piece = row.push(token)
                 if number == 0 and piece and on_text is not None:
@@ -147,7 +154,7 @@ def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None)
         on_text(last)
     for row in rows[1:]:
         row.finish()
-    return [tokenizer.decode(prompt) + row.text for row in rows]
+    return [tokenizer.decode(prompt) + row.text for row in rows], steps
 
 
 def incremental_text(tokenizer: Tokenizer, ids) -> Iterator[str]:
@@ -175,7 +182,7 @@ def main(argv: list[str]) -> None:
         print(piece, end="", flush=True)
 
     started = time.perf_counter()
-    samples = sample(model, tokenizer, config, on_text=show if config.stream else None)
+    samples, steps = sample_and_count(model, tokenizer, config, on_text=show if config.stream else None)
     seconds = time.perf_counter() - started
     for number, text in enumerate(samples):
         if config.stream and number == 0:
@@ -183,7 +190,7 @@ def main(argv: list[str]) -> None:
         else:
             print(text)
         print("---------------")
-    print(f"{config.num_samples * config.max_new_tokens / seconds:,.0f} tokens/s "
+    print(f"{config.num_samples * steps / seconds:,.0f} tokens/s "
           f"({'no cache' if config.no_cache else 'KV cache'}"
           f"{', compiled decode step: its compilation included' if config.compile else ''})", file=sys.stderr)
 

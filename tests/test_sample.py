@@ -252,3 +252,14 @@ def test_end_of_text_ends_a_bpe_sample_by_default(monkeypatch, end_of_text_stops
     texts = sample(Fixed(tokens), tokenizer, config)
     expected = "Hi there" if end_of_text_stops else "Hi there<|endoftext|>Next document"
     assert texts == [expected, expected]
+
+
+def test_tokens_per_second_counts_the_tokens_generated_before_every_sample_stopped(monkeypatch):
+    from sample import sample_and_count
+
+    tokenizer = GPT2Tokenizer()
+    tokens = tokenizer.encode(" a b") + [tokenizer.eot_token] + tokenizer.encode(" c d e f g")
+    monkeypatch.setattr("sample.generate_stream", lambda model, *args, **kwargs: model.generate_stream(*args, **kwargs))
+    texts, steps = sample_and_count(Fixed(tokens), tokenizer, SampleConfig(start="Hi", num_samples=2,
+                                                                          max_new_tokens=len(tokens)))
+    assert texts == ["Hi a b"] * 2 and steps == len(tokenizer.encode(" a b")) + 1  # the stop token, then no more
