@@ -13,11 +13,13 @@ the rest.
 import dataclasses
 import os
 import pickle
+import sys
 import zipfile
 from pathlib import Path
 
 import torch
 
+from dataset import split_difference, split_identity
 from errors import UserError
 from files import atomic_files
 from gpt2_weights import GPT2_NAMES
@@ -145,6 +147,9 @@ def load_pretrained(name_or_dir: str, dropout: float = 0.0) -> GPT:
         raise UserError(f"could not load GPT-2 weights from {name_or_dir!r}: {message}") from None
 
 
+SEED_LIMIT = 2**64  # torch's generators take seeds below this
+
+
 def random_state(batch_generator: torch.Generator, device: torch.device) -> dict:
     """The random streams a resumed run continues: torch's (dropout), the batch sampler's, and the GPU's."""
     rng = {"torch": torch.get_rng_state(), "batches": batch_generator.get_state()}
@@ -182,6 +187,7 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
     if difference:
         raise UserError(f"{path} was trained on other token ids than dataset={dataset!r} holds: "
                         f"{difference}; resume on the run's own dataset, or start a new run")
+    check_split(state["tokenizer"], data_description, path, dataset)
     model = model_from_checkpoint(state, path, dropout=model_config.dropout)
     shape_settings = {f.name for f in dataclasses.fields(GPTConfig)} - {"dropout"}
     clashes = [f"{name}={getattr(model_config, name)!r} (the checkpoint has {getattr(model.config, name)!r})"
@@ -191,6 +197,40 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
         raise UserError(f"a resumed model keeps its shape, but {', '.join(clashes)} was given; drop it to resume, "
                         "or start a new run in another --out_dir")
     return model, state
+
+
+def check_resumable(path: Path) -> None:
+    """Refuse --init_from=resume without a checkpoint, or on nanoGPT's out_dir, before this run makes out_dir or
+    locks it (writing train.lock there): a glance at the checkpoint (weights_only, its tensors memory-mapped, not
+    read). Anything else wrong with the file is found by load_for_resume, after the lock."""
+    if not path.is_file():
+        raise UserError(f"--init_from=resume needs {path}, which does not exist; start a new run with "
+                        "--init_from=scratch, or give the --out_dir of the run to continue")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # damaged, truncated, hostile, not a zip: load_checkpoint names which
+        return
+    if is_checkpoint(state):
+        raise UserError(f"{path} is nanoGPT's checkpoint, which cannot be resumed in its own out_dir (it holds no "
+                        f"random state); continue it in a new one: --init_from={path} --out_dir=NEW_DIR")
+
+
+def check_split(trained_on: dict, data_description: dict, path: Path, dataset: str) -> None:
+    """Refuse to resume on another split of the data (re-prepared with other fractions, or other text with the
+    same characters): the val loss would no longer compare, and the run would train on what it held out. A
+    checkpoint written before splits were recorded cannot be checked: said once, and it resumes."""
+    if split_identity(trained_on) is None:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"warning: {path} does not record the data split it was trained on (it predates that); "
+                  f"resuming without checking dataset={dataset!r}", file=sys.stderr)
+        return
+    difference = split_difference(trained_on, data_description)
+    if difference:
+        settings = {k: v for k, v in split_identity(trained_on).items()
+                    if k not in ("rule", "sha256") and not k.endswith("_tokens")}
+        as_it_was = " ".join(f"--{k}={v}" for k, v in settings.items())
+        raise UserError(f"{path} was trained on another split than dataset={dataset!r} holds now: {difference}; "
+                        f"re-prepare the data as the run had it ({as_it_was} --overwrite=True), or start a new run")
 
 
 def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

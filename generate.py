@@ -136,17 +136,22 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
     return frozen_step
 
 
+# Dividing logits by a temperature this small overflows float32 (1e-40 makes inf - inf = NaN in the softmax); long
+# before it, sampling is greedy in all but ties: 1e-6 turns a logit gap of 1e-4 into 100, a factor e^100.
+GREEDY_BELOW = 1e-6
+
+
 def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                       top_p: float | None = None,
                       generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
-    """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy.
+    """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy, and so is any below GREEDY_BELOW.
 
     generator: one for the batch (its rows draw one after the other), or a list of one per row, so that a row
     draws the same numbers whatever the batch holds.
     """
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature={temperature} must be a finite number >= 0 (0 means greedy)")
-    if temperature == 0:
+    if temperature < GREEDY_BELOW:
         return logits.argmax(dim=-1, keepdim=True)
     probs = F.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
     if not isinstance(generator, list):
@@ -171,6 +176,65 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
         probs = F.softmax(sorted_logits, dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs  # a token stays while the tokens above it fall short of p
         drop_sorted = mass_before >= top_p
+        drop_sorted[..., 0] = False  # the most likely token always stays (a top_p below float32's least is 0)
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
+
+
+class StopText:
+    """The text of one sample as its tokens come, and where it ends: before the first of `stops` that the text
+    produced contains, or before a token of stop_ids (<|endoftext|>); keep=True keeps the stop itself.
+
+    push(token) returns only text that is certain: a token that ends inside a multi-byte character waits for the
+    next, and an end of the text that could be the start of a stop string is held back until it cannot be, so
+    a stream never shows text past a stop. finish() returns what is still held when the tokens run out.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str], stops: tuple[str, ...] = (),
+                 stop_ids: frozenset[int] = frozenset(), keep: bool = False):
+        self.decode, self.stops, self.stop_ids, self.keep = decode, tuple(stops), stop_ids, keep
+        self.longest = max(map(len, self.stops), default=0)
+        self.text, self.sent, self.pending, self.done = "", 0, [], False
+
+    def push(self, token: int) -> str:
+        if self.done:
+            return ""
+        if token in self.stop_ids:
+            self.done = True
+            if self.keep:
+                self.text += self.decode([*self.pending, token])
+            else:
+                self.text += self.decode(self.pending) if self.pending else ""
+            return self._send(len(self.text))
+        self.pending.append(token)
+        piece = self.decode(self.pending)
+        if piece.endswith("\ufffd"):
+            return ""
+        self.pending = []
+        searched_from = max(0, len(self.text) - self.longest + 1)
+        self.text += piece
+        found = [(at, len(stop)) for stop in self.stops if (at := self.text.find(stop, searched_from)) >= 0]
+        if found:
+            at, length = min(found)
+            self.done = True
+            self.text = self.text[:at + length * self.keep]
+            return self._send(len(self.text))
+        return self._send(len(self.text) - self._held_back())
+
+    def finish(self) -> str:
+        if not self.done and self.pending:
+            self.text += self.decode(self.pending)  # never completed: U+FFFD
+        self.pending, self.done = [], True
+        return self._send(len(self.text))
+
+    def _held_back(self) -> int:
+        """The length of the longest end of the text that begins some stop string (and so may become one)."""
+        for length in range(min(self.longest - 1, len(self.text)), 0, -1):
+            if any(stop.startswith(self.text[-length:]) for stop in self.stops):
+                return length
+        return 0
+
+    def _send(self, end: int) -> str:
+        piece, self.sent = self.text[self.sent:end], max(self.sent, end)
+        return piece

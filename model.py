@@ -39,7 +39,7 @@ class GPTConfig:
     gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "t5_max_distance"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if self.n_embd % self.n_head != 0:
@@ -50,6 +50,9 @@ class GPTConfig:
         for name in ("sinusoidal_amplitude", "rope_base"):
             if not getattr(self, name) > 0:  # also catches NaN
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0")
+        for name in ("sinusoidal_amplitude", "rope_base", "learned_init_std"):
+            if getattr(self, name) == math.inf:  # an inf table or angle base is a NaN loss later
+                raise ValueError(f"{name}=inf must be finite")
         if self.gelu not in ("tanh", "erf"):
             raise ValueError(f"gelu={self.gelu!r} must be tanh or erf")
         if not self.learned_init_std >= 0:

@@ -241,11 +241,15 @@ def _read(path: str, chain: tuple[str, ...]) -> dict[str, object]:
     return values
 
 
+REPEATED = {"repeat": True}  # field metadata of a list given by repeating its flag: --stop=a --stop=b gives [a, b]
+
+
 def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, ...] = ()) -> dict[str, object]:
     """The values that config files and --key=value flags in argv set (later ones win), by field name."""
     fields = _fields(sections, skip)
     hints = {name: typing.get_type_hints(section)[name] for name, (section, _) in fields.items()}
     chosen: dict[str, object] = {}
+    repeated: dict[str, list] = {}  # what the command line's flags of a REPEATED field gave so far
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -266,7 +270,11 @@ def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, 
                 value = args.pop(0)
             else:
                 raise OptionError(f"--{name} needs a value: --{name}=VALUE")
-        chosen[name] = convert_value(name, value, hints[name])
+        if fields[name][1].metadata.get("repeat"):  # each flag adds one value, taken whole (commas and all)
+            chosen[name] = [*repeated.get(name, []), convert_value(name, value, typing.get_args(hints[name])[0])]
+            repeated[name] = chosen[name]
+        else:
+            chosen[name] = convert_value(name, value, hints[name])
     return chosen
 
 

@@ -6,6 +6,7 @@ The checkpoints' contents are checkpoint.py's; this module only knows their name
 
 import contextlib
 import json
+import os
 import signal
 import threading
 from pathlib import Path
@@ -31,6 +32,9 @@ def claim_out_dir(out_dir: str, stack: contextlib.ExitStack, *, resume: bool, ov
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create out_dir={out_dir!r}: {e.strerror}") from None
+    if not os.access(folder, os.W_OK):  # a read-only folder or file system: no checkpoint could be saved
+        raise UserError(f"out_dir={out_dir!r} cannot be written (read-only), so no checkpoint could be saved; "
+                        "copy the run to a folder you can write and give that --out_dir")
     lock_folder(folder, stack)
     existing = [name for name in RUN_FILES if (folder / name).exists()]
     if existing and not resume and not overwrite:
@@ -76,15 +80,26 @@ def start_wandb(out_dir: str, project: str, name: str, mode: str, settings: dict
                         "--wandb_mode=offline (no login needed) or --wandb_log=False") from None
 
 
+class Interrupted(BaseException):
+    """Raised by StopRequest's handler inside StopRequest.interruptible(): a BaseException, so that no `except
+    Exception` in torch's compiler swallows it."""
+
+
 class StopRequest:
     """Turns the first Ctrl-C or SIGTERM into a request to save and stop at the end of the step; a second one
-    aborts at once (KeyboardInterrupt). `signal` is the number of the first, or 0."""
+    aborts at once (KeyboardInterrupt). `signal` is the number of the first, or 0.
+
+    Inside interruptible() (an evaluation, the forward and backward passes that compile), the first signal
+    raises Interrupted at once instead: work that may take minutes is abandoned, not waited for. defer() ends
+    that for the rest of the block (the optimizer step has begun: it must finish).
+    """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.signal = 0
         self.previous = {}
+        self.raise_now = False
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -95,6 +110,24 @@ class StopRequest:
         if self.signal:
             raise KeyboardInterrupt
         self.signal = signum
+        if self.raise_now:
+            self.raise_now = False
+            raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def interruptible(self, allowed: bool = True):
+        """A block that a signal interrupts (Interrupted), unless allowed is False or a signal came already."""
+        if self.signal and allowed:
+            raise Interrupted(self.signal)
+        self.raise_now = allowed
+        try:
+            yield
+        finally:
+            self.raise_now = False
+
+    def defer(self, *args) -> None:
+        """From here to the end of the interruptible block, a signal waits for the block to end."""
+        self.raise_now = False
 
     def __exit__(self, *exc):
         for number, handler in self.previous.items():

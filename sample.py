@@ -8,20 +8,23 @@ import math
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from checkpoint import check_init_from, load_pretrained, read_checkpoint
+from checkpoint import SEED_LIMIT, check_init_from, load_pretrained, read_checkpoint
 from dataset import read_text
-from devices import autocast_context, choose_device, choose_dtype
+from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from errors import UserError, main_guard
-from generate import generate_stream
+from generate import StopText, generate_stream
 from model import GPT
 from nanogpt import init_checkpoint
-from options import parse_options
+from options import REPEATED, parse_options
 from tokenizer import GPT2Tokenizer, Tokenizer, from_description
+
+MAX_SAMPLES = 4096  # one batch: a generator, a cache row and a text each
+MAX_NEW_TOKENS = 10**7
 
 
 @dataclass
@@ -41,11 +44,19 @@ class SampleConfig:
     stream: bool = False  # print the first sample's tokens as they come
     no_cache: bool = False  # run the whole window every step: the slow reference path
     compile: bool = False  # compile the decode step: faster tokens after a first call that compiles (6-15 s)
+    stop: list[str] = field(default_factory=list, metadata=REPEATED)  # end a sample before this text; repeatable
+    keep_stop: bool = False  # keep the stop text (or <|endoftext|>) at the end of the sample
+    end_of_text_stops: bool = True  # <|endoftext|> ends a sample (BPE, GPT-2, char data with documents)
 
     def __post_init__(self) -> None:
-        if self.num_samples < 1 or self.max_new_tokens < 0:
-            raise ValueError(f"num_samples={self.num_samples} must be >= 1 and max_new_tokens="
-                             f"{self.max_new_tokens} >= 0")
+        if not 1 <= self.num_samples <= MAX_SAMPLES:
+            raise ValueError(f"num_samples={self.num_samples} must be in [1, {MAX_SAMPLES}]: the samples are one "
+                             "batch; for more, run again with another --seed")
+        if not 0 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be in [0, {MAX_NEW_TOKENS:,}] (every "
+                             "token is kept in memory until the samples are printed)")
+        if not 0 <= self.seed <= SEED_LIMIT - self.num_samples:
+            raise ValueError(f"seed={self.seed} must be in [0, 2**64 - num_samples]: sample i draws from seed + i")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature={self.temperature} must be a finite number >= 0 (0 means greedy)")
         if self.top_k is not None and self.top_k < 1:
@@ -54,6 +65,10 @@ class SampleConfig:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1], or None for all tokens")
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
+        if "" in self.stop:
+            raise ValueError("--stop='' would end every sample before it starts; give the text to stop at")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         check_init_from(self.init_from, ("resume",))
 
 
@@ -94,32 +109,52 @@ def encode_prompt(tokenizer: Tokenizer, start: str, block_size: int) -> list[int
     return ids
 
 
+def stop_ids(tokenizer: Tokenizer, config: SampleConfig) -> frozenset[int]:
+    """The token ids that end a sample: <|endoftext|>, where the tokenizer has one and end_of_text_stops."""
+    eot = getattr(tokenizer, "eot_token", None)
+    return frozenset({eot}) if config.end_of_text_stops and eot is not None else frozenset()
+
+
 def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None) -> list[str]:
-    """num_samples continuations of the prompt (prompt included). on_text(piece) receives sample 0 as it grows."""
+    """num_samples continuations of the prompt (prompt included), each ended by its first stop (config.stop,
+    <|endoftext|>) if it has one. on_text(piece) receives sample 0 as it grows, never past its stop."""
+    return sample_and_count(model, tokenizer, config, on_text)[0]
+
+
+def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None) -> tuple[list[str], int]:
+    """sample(), and the number of tokens generated per sample (fewer than max_new_tokens when all stopped)."""
     device = next(model.parameters()).device
     prompt = encode_prompt(tokenizer, config.start, model.config.block_size)
     idx = torch.tensor([prompt] * config.num_samples, dtype=torch.long, device=device)
     generators = [torch.Generator(device=device).manual_seed(config.seed + i) for i in range(config.num_samples)]
     if config.slide is not None and config.slide > model.config.block_size:
         raise UserError(f"slide={config.slide} must be at most the model's block_size={model.config.block_size}")
-    new_tokens = []
-
-    def first_row_ids(stream):
-        for next_tokens in stream:
-            new_tokens.append(next_tokens)
-            yield int(next_tokens[0, 0])
-
+    ends = stop_ids(tokenizer, config)
     with autocast_context(device, choose_dtype(config.dtype, device)):
         stream = generate_stream(model, idx, config.max_new_tokens, config.temperature, config.top_k,
                                  config.top_p, config.slide, use_cache=not config.no_cache, generator=generators,
                                  vocab_size=tokenizer.vocab_size, compile=config.compile)
-        if on_text is None:
-            new_tokens.extend(stream)  # the tokens stay on the device: no host sync per token
-        else:
+        if on_text is None and not config.stop and not ends:  # the tokens stay on the device: no sync per token
+            return [tokenizer.decode(row) for row in torch.cat([idx, *stream], dim=1).tolist()], config.max_new_tokens
+        rows = [StopText(tokenizer.decode, tuple(config.stop), ends, config.keep_stop)
+                for _ in range(config.num_samples)]
+        if on_text is not None:
             on_text(tokenizer.decode(prompt))
-            for piece in incremental_text(tokenizer, first_row_ids(stream)):
-                on_text(piece)
-    return [tokenizer.decode(row) for row in torch.cat([idx, *new_tokens], dim=1).tolist()]
+        steps = 0
+        for next_tokens in stream:
+            steps += 1
+            for number, (row, token) in enumerate(zip(rows, next_tokens[:, 0].tolist(), strict=True)):
+                piece = row.push(token)
+                if number == 0 and piece and on_text is not None:
+                    on_text(piece)
+            if all(row.done for row in rows):
+                break
+    last = rows[0].finish()
+    if last and on_text is not None:
+        on_text(last)
+    for row in rows[1:]:
+        row.finish()
+    return [tokenizer.decode(prompt) + row.text for row in rows], steps
 
 
 def incremental_text(tokenizer: Tokenizer, ids) -> Iterator[str]:
@@ -128,15 +163,13 @@ def incremental_text(tokenizer: Tokenizer, ids) -> Iterator[str]:
     A piece ends where the bytes so far end a character; a token that ends inside a multi-byte character
     waits for the next. Whatever is pending at the end is sent too (as U+FFFD if it never completes).
     """
-    pending = []
+    text = StopText(tokenizer.decode)
     for token in ids:
-        pending.append(token)
-        text = tokenizer.decode(pending)
-        if not text.endswith("\ufffd"):
-            yield text
-            pending = []
-    if pending:
-        yield tokenizer.decode(pending)
+        piece = text.push(token)
+        if piece:
+            yield piece
+    if last := text.finish():
+        yield last
 
 
 def main(argv: list[str]) -> None:
@@ -149,7 +182,7 @@ def main(argv: list[str]) -> None:
         print(piece, end="", flush=True)
 
     started = time.perf_counter()
-    samples = sample(model, tokenizer, config, on_text=show if config.stream else None)
+    samples, steps = sample_and_count(model, tokenizer, config, on_text=show if config.stream else None)
     seconds = time.perf_counter() - started
     for number, text in enumerate(samples):
         if config.stream and number == 0:
@@ -157,7 +190,7 @@ def main(argv: list[str]) -> None:
         else:
             print(text)
         print("---------------")
-    print(f"{config.num_samples * config.max_new_tokens / seconds:,.0f} tokens/s "
+    print(f"{config.num_samples * steps / seconds:,.0f} tokens/s "
           f"({'no cache' if config.no_cache else 'KV cache'}"
           f"{', compiled decode step: its compilation included' if config.compile else ''})", file=sys.stderr)
 

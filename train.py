@@ -24,9 +24,11 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from checkpoint import (
+    SEED_LIMIT,
     all_finite,
     best_subset,
     check_init_from,
+    check_resumable,
     checkpoint_dict,
     checkpoint_model,
     load_for_resume,
@@ -38,7 +40,7 @@ from checkpoint import (
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from errors import UserError, main_guard
-from memory import parameter_counts, training_state_bytes
+from memory import parameter_counts, saved_activation_bytes, training_state_bytes
 from model import GPT, GPTConfig
 from nanogpt import continue_training, init_checkpoint
 from options import parse_options_and_choices
@@ -53,7 +55,7 @@ from parallel import (
     shard_model,
     wrap_for_training,
 )
-from run_dir import MetricsLog, StopRequest, claim_out_dir, start_wandb
+from run_dir import Interrupted, MetricsLog, StopRequest, claim_out_dir, start_wandb
 from schedule import check_schedule, get_lr
 from tokenizer import from_description, read_description, token_byte_counts
 
@@ -109,6 +111,7 @@ class TrainConfig:
                              f"{self.lr_decay_iters} must be >= 0")
         if not self.learning_rate > 0 or not self.min_lr >= 0 or not math.isfinite(self.learning_rate + self.min_lr):
             raise ValueError(f"learning_rate={self.learning_rate} must be > 0 and min_lr={self.min_lr} >= 0")
+        check_train_numbers(self)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         if self.wandb_mode not in ("online", "offline", "disabled"):
@@ -121,6 +124,22 @@ class TrainConfig:
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
         check_init_from(self.init_from, ("scratch", "resume"))
         check_schedule(self)
+
+
+def check_train_numbers(config: TrainConfig) -> None:
+    """The optimizer's and the clock's numbers: a NaN, inf or negative value is refused here, not met as a NaN
+    loss (or a limit silently off) later. 0 stays "off" for grad_clip and max_seconds."""
+    for name in ("weight_decay", "grad_clip", "max_seconds"):
+        value = getattr(config, name)
+        if not (math.isfinite(value) and value >= 0):
+            off = " (0: off)" if name != "weight_decay" else ""
+            raise ValueError(f"{name}={value} must be a finite number >= 0{off}")
+    for name in ("beta1", "beta2"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"{name}={getattr(config, name)} must be in [0, 1) (AdamW's moment decay; "
+                             f"nanoGPT: beta1=0.9, beta2=0.95)")
+    if not 0 <= config.seed < SEED_LIMIT:
+        raise ValueError(f"seed={config.seed} must be in [0, 2**64)")
 
 
 class Diverged(UserError, FloatingPointError):
@@ -150,19 +169,45 @@ def model_vocab_size(data_description: dict) -> int:
     return data_description["vocab_size"]
 
 
+def device_memory(device: torch.device) -> int | None:
+    """The bytes of memory on device (a GPU's, or the machine's RAM), where it can be known."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+
+
+MAX_PARAMETERS = 2**50  # past this even the shapes overflow (torch cannot size the tensors, on meta either)
+
+
 def check_model_fits(model_config: GPTConfig, device: torch.device, shards: int = 1) -> None:
     """Refuse a model whose weights, gradients and AdamW state (memory.training_state_bytes, over `shards`
     processes under FSDP) exceed the memory here."""
+    h = model_config.n_embd
+    if 12 * model_config.n_layer * h * h + (model_config.vocab_size + model_config.block_size) * h > MAX_PARAMETERS:
+        raise UserError(f"n_layer={model_config.n_layer}, n_embd={h} make more than 2**50 parameters, more than "
+                        "any machine holds; choose a smaller model")
     parameters = parameter_counts(model_config)["total"]
     need = sum(training_state_bytes(parameters, shards).values())
-    if device.type == "cuda":
-        available = torch.cuda.mem_get_info(device)[1]
-    else:
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+    available = device_memory(device)
     if available and need > available:
         raise UserError(f"n_layer={model_config.n_layer}, n_embd={model_config.n_embd}, vocab_size="
                         f"{model_config.vocab_size} make {parameters // shards:,} parameters: about {need / 1e9:,.1f}"
                         f" GB to train, but {device} has {available / 1e9:,.1f} GB; choose a smaller model")
+
+
+def check_batch_fits(config: TrainConfig, model_config: GPTConfig, device: torch.device) -> None:
+    """Refuse a micro-batch whose activations (memory.saved_activation_bytes, a lower bound: bf16 autocast), or
+    a step whose batch offsets, cannot fit the memory here: found before the first step, not as an allocator's
+    traceback or the kernel's OOM killer."""
+    tokens = config.batch_size * model_config.block_size
+    need = saved_activation_bytes(model_config, tokens, config.activation_checkpointing)
+    need += 8 * config.gradient_accumulation_steps * config.batch_size  # a step's offsets, drawn at once
+    available = device_memory(device)
+    if available and need > available:
+        raise UserError(f"batch_size={config.batch_size} x block_size={model_config.block_size} (x "
+                        f"gradient_accumulation_steps={config.gradient_accumulation_steps}) need at least "
+                        f"{need / 1e9:,.1f} GB for a step, but {device} has {available / 1e9:,.1f} GB; use a smaller "
+                        "batch_size (or fewer gradient_accumulation_steps, or --activation_checkpointing=True)")
 
 
 def build_model(config: TrainConfig, model_config: GPTConfig, data_description: dict,
@@ -215,9 +260,11 @@ class Run:
     scaler: torch.amp.GradScaler
     batch_generator: torch.Generator
     log: MetricsLog
-    estimate_bytes: dict[str, int]  # UTF-8 bytes of the estimate's targets per split (the same batches every time)
     iter_num: int = 0
     best_val_loss: float = math.inf
+    has_checkpoint: bool = False  # out_dir/ckpt.pt is this run's: resumed from, or saved since it started
+    # UTF-8 bytes of the estimate's targets per split (the same batches every time): counted at the first one
+    estimate_bytes: dict[str, int] | None = None
 
     @property
     def master(self) -> bool:
@@ -249,12 +296,16 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
                         f"the number of processes ({world_size})")
     dtype = choose_dtype(config.dtype, device)
     check_sharding(config.parallel, world_size, dtype)
+    if config.parallel == "fsdp" and world_size == 1 and rank == 0:
+        print("note: --parallel=fsdp shards the model over the processes that torchrun starts; this is one "
+              "process, which holds the whole model", file=sys.stderr)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
     model.activation_checkpointing = config.activation_checkpointing
+    check_batch_fits(config, model.config, device)
     splits = {split: load_split(data_dir, split, model.config.block_size) for split in ("train", "val")}
     if model.config.vocab_size < data_description["vocab_size"]:
         raise UserError(f"vocab_size={model.config.vocab_size} is smaller than the data's vocabulary "
@@ -270,11 +321,11 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     wrapped = wrap_for_training(compiled, config.parallel, world_size, device)
     run = Run(config, model.config, data_description, splits, device, dtype, rank, world_size, model, compiled,
               wrapped, optimizer, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
-              torch.Generator().manual_seed(config.seed), MetricsLog(None, True),
-              estimate_bytes(splits, config, model.config.block_size, data_description))
+              torch.Generator().manual_seed(config.seed), MetricsLog(None, True))
     if resumed is not None and config.init_from == "resume":
         run.iter_num, run.best_val_loss = restore(resumed, model, optimizer, run.batch_generator, device,
                                                   run.out_dir / "ckpt.pt")
+        run.has_checkpoint = True
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         continue_training(run, resumed, init_checkpoint(config.init_from))
     if run.master:
@@ -299,11 +350,12 @@ def open_metrics_log(run: Run) -> MetricsLog:
 # ---- one step, and the evaluation that saves ----------------------------------------------------------------------
 
 
-def run_checkpoint(run: Run) -> dict:
-    """checkpoint.checkpoint_dict of the run as it stands; under FSDP every rank must call it."""
+def run_checkpoint(run: Run, rng: dict | None = None) -> dict:
+    """checkpoint.checkpoint_dict of the run as it stands (with the random state rng, default the current one);
+    under FSDP every rank must call it."""
     return checkpoint_dict(run.model, run.optimizer, model_config=run.model_config, config=run.config,
                            tokenizer=run.data_description, iter_num=run.iter_num, best_val_loss=run.best_val_loss,
-                           rng=random_state(run.batch_generator, run.device))
+                           rng=random_state(run.batch_generator, run.device) if rng is None else rng)
 
 
 @torch.no_grad()
@@ -325,6 +377,13 @@ def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, blo
     return losses
 
 
+def last_good(run: Run) -> str:
+    """What a diverged run leaves: the checkpoint on disk, if it has written one."""
+    if run.has_checkpoint and not run.config.eval_only:
+        return f"The last good checkpoint is {run.out_dir / 'ckpt.pt'}"
+    return "No checkpoint of this run was saved"
+
+
 def estimate_bytes(splits: dict, config: TrainConfig, block_size: int, data_description: dict) -> dict[str, int]:
     """The UTF-8 bytes that the targets of estimate_loss's batches stand for, per split: the denominator of its
     bits per byte (loss * tokens / bytes / ln 2). Its batches are the same every call, so this is counted once."""
@@ -332,8 +391,8 @@ def estimate_bytes(splits: dict, config: TrainConfig, block_size: int, data_desc
     counts = {}
     for split, data in splits.items():
         generator = torch.Generator().manual_seed(config.seed)
-        batches = [sample_offsets(len(data), block_size, config.batch_size, generator)
-                   for _ in range(config.eval_iters)]
+        batches = (sample_offsets(len(data), block_size, config.batch_size, generator)
+                   for _ in range(config.eval_iters))  # one at a time: eval_iters may be large
         cpu = torch.device("cpu")
         counts[split] = sum(int(byte_counts[get_batch(data, offsets, block_size, cpu, len(byte_counts))[1]].sum())
                             for offsets in batches)
@@ -353,19 +412,24 @@ def save_latest(run: Run, state: dict | None = None) -> None:
     if not run.master:
         return
     if not all_finite(state["model"].values()):
-        raise Diverged(f"the weights hold NaN or inf at iteration {run.iter_num}; not overwriting "
-                       f"{run.out_dir / 'ckpt.pt'}, which is the last good checkpoint")
+        raise Diverged(f"the weights hold NaN or inf at iteration {run.iter_num}; not saving them. "
+                       f"{last_good(run)}")
     save_checkpoint(state, run.out_dir / "ckpt.pt")
+    run.has_checkpoint = True
 
 
-def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
+def evaluate_and_save(run: Run, last: bool, bar: tqdm, stop: StopRequest | None = None) -> dict:
     """Estimate both losses, log them, and save best.pt (if val improved) and ckpt.pt. Rank 0 only, but every
-    rank under FSDP: its forward passes and state gathering need them all; rank 0 alone writes."""
-    losses = estimate_loss(run.compiled, run.splits, run.config, run.block_size, run.device, run.dtype,
-                           run.data_description["vocab_size"])
+    rank under FSDP: its forward passes and state gathering need them all; rank 0 alone writes. A signal
+    (stop) interrupts the estimate alone, in one process: what follows it writes files."""
+    with stop.interruptible(run.world_size == 1) if stop else contextlib.nullcontext():
+        losses = estimate_loss(run.compiled, run.splits, run.config, run.block_size, run.device, run.dtype,
+                               run.data_description["vocab_size"])
+        if run.estimate_bytes is None:  # here, not at set-up: a signal interrupts it too
+            run.estimate_bytes = estimate_bytes(run.splits, run.config, run.block_size, run.data_description)
     if not math.isfinite(losses["val"]):
-        raise Diverged(f"val loss is {losses['val']} at iteration {run.iter_num}; stopping. The last good "
-                       f"checkpoint is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
+        raise Diverged(f"val loss is {losses['val']} at iteration {run.iter_num}; stopping. {last_good(run)}; "
+                       "try a lower learning_rate or grad_clip")
     bpb = bits_per_byte(run, losses)
     record = {"iter": run.iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
               "val_bits_per_byte": bpb["val"]}
@@ -438,6 +502,8 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
     with contextlib.ExitStack() as stack:
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
+        if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
+            check_resumable(Path(config.out_dir) / "ckpt.pt")
         claim_out_dir(config.out_dir, stack, resume=config.init_from == "resume", overwrite=config.overwrite,
                       claim=rank == 0 and not config.eval_only)
         run = set_up(config, model_config, rank, world_size, device, data_dir, data_description, explicit)
@@ -453,27 +519,32 @@ def train_loop(run: Run) -> dict:
     window = {"loss": torch.zeros((), device=run.device), "steps": 0, "seconds": 0.0}
     bar = tqdm(total=config.max_iters, initial=run.iter_num, disable=not (run.master and config.progress),
                dynamic_ncols=True, unit="it")
+    alone = run.world_size == 1  # only there may a signal cut work short: no process waits for this one
     with StopRequest() as stop:
+        run.optimizer.register_step_pre_hook(stop.defer)  # a step that has begun changing the weights finishes
         while True:
             # Every process must leave the loop at the same step, or DDP waits forever.
             stopped_by, out_of_time = max_over_processes(
                 [stop.signal, float(0 < config.max_seconds <= train_seconds)], run.world_size, run.device)
             last = run.iter_num >= config.max_iters or bool(out_of_time)
-            if (run.master or run.sharded) and (run.iter_num % config.eval_interval == 0 or last):
-                evals.append(evaluate_and_save(run, last, bar))
-            if config.eval_only or last:
-                stopped_by = 0
-                break
+            before_step = None  # the random state at the end of the last complete step, when a signal cuts one
+            try:
+                if (run.master or run.sharded) and (run.iter_num % config.eval_interval == 0 or last):
+                    evals.append(evaluate_and_save(run, last, bar, stop))
+                if config.eval_only or last:
+                    stopped_by = 0
+                    break
+                if not stopped_by:
+                    started = time.perf_counter()
+                    lr = get_lr(run.iter_num, config)
+                    before_step = random_state(run.batch_generator, run.device) if alone else None
+                    with stop.interruptible(alone):
+                        window["loss"] += train_step(run, lr)
+            except Interrupted:
+                stopped_by = stop.signal
             if stopped_by:
-                if run.master or run.sharded:
-                    save_latest(run)
-                if run.master:
-                    bar.write(f"interrupted ({signal.Signals(int(stopped_by)).name}): saved iteration "
-                              f"{run.iter_num} to {run.out_dir / 'ckpt.pt'}; continue with --init_from=resume")
+                stop_and_save(run, stopped_by, before_step, bar)
                 break
-            started = time.perf_counter()
-            lr = get_lr(run.iter_num, config)
-            window["loss"] += train_step(run, lr)
             window["steps"] += 1
             log_now = run.iter_num % config.log_interval == 0 or run.iter_num == config.max_iters
             train_loss = mean_train_loss(run, window) if log_now else None
@@ -494,12 +565,26 @@ def train_loop(run: Run) -> dict:
             "model": None if run.sharded else run.model}  # a sharded model holds the process group (end_processes)
 
 
+def stop_and_save(run: Run, stopped_by: int, rng: dict | None, bar: tqdm) -> None:
+    """Save the last complete step to ckpt.pt (with rng, the random state before a step that a signal cut
+    short) and say how to continue."""
+    name = signal.Signals(int(stopped_by)).name
+    if run.config.eval_only:  # which writes nothing
+        bar.write(f"interrupted ({name}) during the evaluation")
+        return
+    if run.master or run.sharded:
+        save_latest(run, run_checkpoint(run, rng))
+    if run.master:
+        bar.write(f"interrupted ({name}): saved iteration {run.iter_num} to {run.out_dir / 'ckpt.pt'}; continue "
+                  "with --init_from=resume")
+
+
 def mean_train_loss(run: Run, window: dict) -> float:
     """The mean training loss of the steps since the last log line, over every process; NaN stops the run."""
     train_loss = mean_over_processes(window["loss"], run.world_size).item() / window["steps"]
     if not math.isfinite(train_loss):
-        raise Diverged(f"train loss is {train_loss} at iteration {run.iter_num}; stopping. The last good checkpoint "
-                       f"is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
+        raise Diverged(f"train loss is {train_loss} at iteration {run.iter_num}; stopping. {last_good(run)}; "
+                       "try a lower learning_rate or grad_clip")
     return train_loss
 
 

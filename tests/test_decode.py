@@ -240,3 +240,44 @@ def test_compiled_decoding_in_bfloat16_on_cuda_is_as_close_as_eager(pos_encoding
     assert compiled.dtype == eager.dtype == torch.bfloat16
     assert max_abs(compiled.float(), eager.float()) <= 2 * max_abs(eager.float(), reference) + 1e-3
     assert max_abs(eager.float(), reference) < 0.2
+
+
+# ---- stops: the text a sample ends with -------------------------------------------------------------------------
+
+
+def pushed(stop_text: G.StopText, ids: list[int]) -> list[str]:
+    """Every piece the stream would show, the finish included."""
+    return [stop_text.push(token) for token in ids] + [stop_text.finish()]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_stop_string_across_two_tokens_ends_the_text_and_the_stream_never_passes_it(keep):
+    tokenizer = GPT2Tokenizer()
+    text = "Hello world, my friend. Hello again"
+    ids = tokenizer.encode(text)
+    stop = "lo wor"  # the end of "Hello" and the start of " world": two tokens
+    assert tokenizer.encode("Hello")[0] in ids and not any(stop in tokenizer.decode([i]) for i in ids)
+    end = text.find(stop) + len(stop) * keep
+    stop_text = G.StopText(tokenizer.decode, (stop,), keep=keep)
+    pieces = pushed(stop_text, ids)
+    assert stop_text.text == "".join(pieces) == text[:end]
+    assert pieces[0] == "Hel"  # "lo" is held back: it may start the stop string
+    assert stop_text.done
+
+
+def test_the_earliest_of_several_stops_wins_and_a_prefix_that_never_completes_is_sent_at_the_end():
+    tokenizer = GPT2Tokenizer()
+    text = "one, two. three"
+    ids = tokenizer.encode(text)
+    assert "".join(pushed(G.StopText(tokenizer.decode, (".", ","), frozenset()), ids)) == "one"
+    held = G.StopText(tokenizer.decode, (" threes",))
+    pieces = pushed(held, ids)
+    assert "".join(pieces) == text and pieces[-1] == " three"  # held back to the end, then sent
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_end_of_text_ends_the_text(keep):
+    tokenizer = GPT2Tokenizer()
+    ids = tokenizer.encode("Hello") + [tokenizer.eot_token] + tokenizer.encode(" world")
+    stop_text = G.StopText(tokenizer.decode, (), frozenset({tokenizer.eot_token}), keep)
+    assert "".join(pushed(stop_text, ids)) == ("Hello<|endoftext|>" if keep else "Hello")

@@ -7,6 +7,7 @@ kill -9 and a full disk need a real process and are few.
 
 import hashlib
 import json
+import math
 import os
 import resource
 import shutil
@@ -504,3 +505,299 @@ def test_main_guard_prints_user_errors_and_leaves_bugs_loud(capsys):
     assert_one_line_error(*cli(user_mistake, [], capsys), "--batch_size=0")
     with pytest.raises(ValueError, match="internal invariant"):  # a bug keeps its traceback
         main_guard(bug, [])
+
+
+# ---- issue 17: a stop signal interrupts evaluation, compilation and steps ----------------------------------------
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_long_compiled_evaluation_exits_143_within_seconds(run_copy, script_env):
+    """eval_iters=10**9 takes days; the signal lands in its compilation or its batches, and must end the run
+    within seconds, saving the complete state (iteration 4, as resumed), the other files as they were."""
+    run = run_copy / "run"
+    before = digests(run)
+    weights = load_checkpoint(run / "ckpt.pt")["model"]
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *flags(run, run_copy / "data", init_from="resume", max_iters=8,
+                                                        eval_iters=10**9, compile=True)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**script_env, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert "parameters" in process.stdout.readline()  # set up: the evaluation at iteration 4 starts
+        time.sleep(1.0)
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+        waited = time.monotonic() - signalled
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, stderr
+    assert waited < 20, waited
+    assert "Traceback" not in stdout + stderr and "done" not in stdout
+    assert "interrupted (SIGTERM): saved iteration 4" in stdout
+    after = digests(run)
+    assert {k: v for k, v in after.items() if k != "ckpt.pt"} == {k: v for k, v in before.items() if k != "ckpt.pt"}
+    state = load_checkpoint(run / "ckpt.pt")
+    assert state["iter_num"] == 4
+    assert all(torch.equal(state["model"][name], weights[name]) for name in weights)  # no half-evaluated state
+
+
+@pytest.mark.parametrize("where", ["backward", "optimizer step"])
+def test_a_signal_that_cuts_a_step_short_saves_the_step_before(run_copy, monkeypatch, where):
+    """A signal in the backward pass of step 6 (its batches drawn) saves iteration 6 with the random state from
+    before that step; one in its optimizer step lets the step finish and saves iteration 7. Either way, resuming
+    gives exactly the weights of a run that was never interrupted."""
+    real_step = train_module.train_step
+    sections = (train_module.TrainConfig, train_module.GPTConfig)
+    argv = flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=10, eval_interval=100)
+    shutil.copytree(run_copy / "run", run_copy / "whole")
+    whole = train_module.train(*parse_options([*argv, f"--out_dir={run_copy / 'whole'}"], sections, "", ""))
+    assert whole["iter_num"] == 10
+
+    class SignalInBackward(torch.autograd.Function):  # the signal lands inside the backward pass of step 6
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # interrupted: the handler raises here
+            return grad
+
+    def signal_and_wait(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)  # deferred: the step goes on after this
+
+    def step_with_signal(run, lr):
+        if run.iter_num == 6:
+            hook = run.model.ln_f.register_forward_hook(lambda m, i, out: SignalInBackward.apply(out)) \
+                if where == "backward" else run.optimizer.register_step_pre_hook(signal_and_wait)
+            try:
+                return real_step(run, lr)
+            finally:
+                hook.remove()
+        return real_step(run, lr)
+
+    monkeypatch.setattr(train_module, "train_step", step_with_signal)
+    started = time.monotonic()
+    cut = train_module.train(*parse_options(argv, sections, "", ""))
+    assert time.monotonic() - started < 25
+    saved = 6 if where == "backward" else 7
+    assert cut["interrupted"] == signal.SIGTERM and cut["iter_num"] == saved
+    assert load_checkpoint(run_copy / "run" / "ckpt.pt")["iter_num"] == saved
+    monkeypatch.setattr(train_module, "train_step", real_step)
+    resumed = train_module.train(*parse_options(argv, sections, "", ""))
+    assert resumed["iter_num"] == 10
+    for name, tensor in whole["model"].state_dict().items():
+        assert torch.equal(resumed["model"].state_dict()[name], tensor), name
+
+
+def test_sigterm_during_an_eval_only_run_writes_nothing(run_copy, monkeypatch):
+    def estimate_then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+
+    before = digests(run_copy)
+    monkeypatch.setattr(train_module, "estimate_loss", estimate_then_signal)
+    result = train_module.train(*parse_options(flags(run_copy / "run", run_copy / "data", init_from="resume",
+                                                     eval_only=True),
+                                               (train_module.TrainConfig, train_module.GPTConfig), "", ""))
+    assert result["interrupted"] == signal.SIGTERM
+    assert digests(run_copy) == before
+
+
+# ---- issue 17: resume checks the data split ------------------------------------------------------------------
+
+
+def test_resume_on_another_split_of_the_same_characters_is_refused(run_copy, corpus_text, capsys):
+    from dataset import PrepareConfig
+
+    text = corpus_text[:5000]
+    prepare(text, run_copy / "other", "char", PrepareConfig(val_fraction=0.2))
+    assert (run_copy / "other" / "tokenizer.json").read_text().count('"chars"') == 1
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "other", init_from="resume", max_iters=8),
+                 capsys)
+    assert_one_line_error(*result, "ckpt.pt", "another split", "val_fraction 0.1 before, 0.2 now",
+                          "--val_fraction=0.1", "--overwrite=True")
+    assert digests(run_copy) == before
+
+
+def test_a_checkpoint_without_a_recorded_split_resumes_and_says_so_once(run_copy, capsys):
+    path = run_copy / "run" / "ckpt.pt"
+    state = load_checkpoint(path)
+    del state["tokenizer"]["split"]  # as checkpoints written before splits were recorded
+    save_checkpoint(state, path)
+    code, out, err = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume",
+                                                  max_iters=6), capsys)
+    assert code == 0 and "done: 6 iterations" in out, err
+    warnings = [line for line in err.splitlines() if "split" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: ") and "ckpt.pt" in warnings[0], err
+    assert "split" in load_checkpoint(path)["tokenizer"]  # recorded from now on
+
+
+# ---- issue 17: settings that were tracebacks, silent or misleading -----------------------------------------------
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--beta1=1.5"], ["beta1=1.5 must be in [0, 1)"]),
+    (["--beta2=-0.1"], ["beta2=-0.1 must be in [0, 1)"]),
+    (["--beta1=nan"], ["beta1=nan must be in [0, 1)"]),
+    (["--seed=18446744073709551616"], ["seed=18446744073709551616 must be in [0, 2**64)"]),
+    (["--seed=-1"], ["seed=-1 must be in [0, 2**64)"]),
+    (["--grad_clip=-1"], ["grad_clip=-1.0 must be a finite number >= 0 (0: off)"]),
+    (["--grad_clip=nan"], ["grad_clip=nan must be a finite number >= 0"]),
+    (["--max_seconds=-10"], ["max_seconds=-10.0 must be a finite number >= 0 (0: off)"]),
+    (["--weight_decay=nan"], ["weight_decay=nan must be a finite number >= 0"]),
+    (["--weight_decay=-0.1"], ["weight_decay=-0.1 must be a finite number >= 0"]),
+    (["--pos_encoding=sinusoidal", "--sinusoidal_amplitude=inf"], ["sinusoidal_amplitude=inf must be finite"]),
+    (["--learned_init_std=inf"], ["learned_init_std=inf must be finite"]),
+    (["--pos_encoding=rope", "--rope_base=inf"], ["rope_base=inf must be finite"]),
+    (["--dropout=nan"], ["dropout=nan must be in [0, 1)"]),
+    (["--learning_rate=inf"], ["learning_rate=inf must be > 0"]),
+])
+def test_numbers_out_of_range_are_one_line_before_anything_runs(run_copy, capsys, argv, fragments):
+    before = digests(run_copy)
+    result = cli(train_module.main, [*flags(run_copy / "new", run_copy / "data"), *argv], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert digests(run_copy) == before and not (run_copy / "new").exists()
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--batch_size=1000000000"], ["batch_size=1000000000 x block_size=16", "GB for a step", "smaller batch_size"]),
+    (["--gradient_accumulation_steps=1000000000"], ["gradient_accumulation_steps=1000000000)", "GB for a step"]),
+    (["--n_head=16", "--n_embd=1000000000000"], ["n_embd=1000000000000 make more than 2**50 parameters"]),
+    (["--t5_max_distance=0"], ["t5_max_distance=0 must be at least 1"]),
+])
+def test_sizes_no_memory_holds_are_one_line(run_copy, capsys, argv, fragments):
+    """Were the kernel's OOM killer, an allocator's traceback, or a shape overflow's."""
+    before = digests(run_copy)
+    started = time.perf_counter()
+    result = cli(train_module.main, [*flags(run_copy / "new", run_copy / "data"), *argv], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert time.perf_counter() - started < 10
+    assert digests(run_copy) == before
+
+
+@pytest.mark.parametrize("setting", ["grad_clip", "max_seconds"])
+def test_zero_still_turns_grad_clip_and_max_seconds_off(run_copy, capsys, setting):
+    code, out, err = cli(train_module.main, flags(run_copy / "new", run_copy / "data", **{setting: 0}), capsys)
+    assert code == 0 and "done: 4 iterations" in out, err
+
+
+@pytest.mark.parametrize("old_run", [False, True])
+def test_a_diverged_run_names_only_a_checkpoint_it_wrote(run_copy, capsys, monkeypatch, old_run):
+    """NaN at the first evaluation: nothing of this run was saved, and an old run's ckpt.pt (replaced with
+    --overwrite) is not this run's last good checkpoint."""
+    monkeypatch.setattr(train_module, "estimate_loss", lambda *a, **k: {"train": math.nan, "val": math.nan})
+    out_dir = run_copy / ("run" if old_run else "new")
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(out_dir, run_copy / "data", overwrite=True), capsys)
+    assert_one_line_error(*result, "val loss is nan at iteration 0", "No checkpoint of this run was saved")
+    assert "ckpt.pt" not in result[2]
+    assert digests(run_copy) == before
+
+
+def test_a_diverged_resumed_run_names_its_checkpoint(run_copy, capsys, monkeypatch):
+    monkeypatch.setattr(train_module, "estimate_loss", lambda *a, **k: {"train": math.nan, "val": math.nan})
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8),
+                 capsys)
+    assert_one_line_error(*result, f"The last good checkpoint is {run_copy / 'run' / 'ckpt.pt'}")
+
+
+def test_fsdp_without_torchrun_says_it_is_one_process(run_copy, capsys):
+    code, out, err = cli(train_module.main, flags(run_copy / "new", run_copy / "data", parallel="fsdp",
+                                                  max_iters=2), capsys)
+    assert code == 0 and "done: 2 iterations" in out, err
+    notes = [line for line in err.splitlines() if "fsdp" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "one process" in notes[0]
+
+
+# ---- issue 17: the run folder ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["chmod", "read-only file system"])
+def test_resume_in_a_read_only_out_dir_is_one_line(run_copy, capsys, monkeypatch, how):
+    run = run_copy / "run"
+    if how == "chmod":
+        if os.geteuid() == 0:
+            pytest.skip("root writes any folder")
+        run.chmod(0o555)
+    else:  # what access() answers on a file system mounted read-only, for root too
+        import run_dir
+
+        monkeypatch.setattr(run_dir.os, "access", lambda path, mode: Path(path) != run)
+    before = digests(run_copy)
+    try:
+        result = cli(train_module.main, flags(run, run_copy / "data", init_from="resume", max_iters=8), capsys)
+    finally:
+        run.chmod(0o755)
+    assert_one_line_error(*result, f"out_dir={str(run)!r} cannot be written", "folder you can write")
+    assert digests(run_copy) == before
+
+
+def test_resume_without_a_checkpoint_makes_no_out_dir(run_copy, capsys):
+    result = cli(train_module.main, flags(run_copy / "missing", run_copy / "data", init_from="resume"), capsys)
+    assert_one_line_error(*result, "--init_from=resume needs", "missing/ckpt.pt", "--init_from=scratch")
+    assert not (run_copy / "missing").exists()
+
+
+def test_resume_in_nanogpts_out_dir_is_refused_before_it_is_locked(run_copy, capsys):
+    from test_nanogpt import write_nanogpt_run
+
+    ckpt = write_nanogpt_run(run_copy / "out-nanogpt")
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "out-nanogpt", run_copy / "data", init_from="resume"), capsys)
+    assert_one_line_error(*result, f"{ckpt} is nanoGPT's checkpoint", f"--init_from={ckpt} --out_dir=NEW_DIR")
+    assert digests(run_copy) == before
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["ckpt.pt"]  # no train.lock written there
+
+
+def test_a_train_lock_left_behind_refuses_no_one(run_copy, capsys):
+    """train.lock stays after a run (README: removing it would let two processes hold it); it is an flock,
+    held only while its process lives, so a file left by a run, or by a kill -9, never refuses the next."""
+    (run_copy / "run" / "train.lock").write_text("999999")
+    code, out, err = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume",
+                                                  max_iters=6), capsys)
+    assert code == 0 and "done: 6 iterations" in out, err
+
+
+# ---- issue 17: sampling --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag, fragment", [
+    ("--num_samples=100000000", "num_samples=100000000 must be in [1, 4096]"),
+    ("--max_new_tokens=10000000000", "max_new_tokens=10000000000 must be in [0, 10,000,000]"),
+    ("--seed=18446744073709551615", "seed=18446744073709551615 must be in [0, 2**64 - num_samples]"),
+    ("--seed=-5", "seed=-5 must be in [0, 2**64 - num_samples]"),
+    ("--dtype=float64", "dtype='float64' must be one of"),
+    ("--stop=", "--stop='' would end every sample"),
+])
+def test_sampling_sizes_and_seeds_out_of_range_are_one_line(run_copy, capsys, flag, fragment):
+    started = time.perf_counter()
+    result = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", flag], capsys)
+    assert_one_line_error(*result, fragment)
+    assert time.perf_counter() - started < 5  # refused before a model, a generator or a batch is made
+
+
+def test_a_temperature_too_small_to_divide_by_is_greedy(run_copy, capsys):
+    def run(temperature: str) -> str:
+        code, out, err = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", "--max_new_tokens=20",
+                                           "--num_samples=2", f"--temperature={temperature}"], capsys)
+        assert code == 0 and "Traceback" not in err, err
+        return out
+
+    assert run("1e-40") == run("0") == run("1e-7")
+
+
+def test_a_top_p_below_float32s_least_keeps_the_most_likely_token(run_copy, capsys):
+    """1e-300 is 0 in float32: every token's mass before it reached it, and all were dropped (a NaN softmax)."""
+    def run(*flags: str) -> str:
+        code, out, err = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", "--max_new_tokens=20",
+                                           *flags], capsys)
+        assert code == 0 and "Traceback" not in err, err
+        return out
+
+    assert run("--top_p=1e-300") == run("--temperature=0")

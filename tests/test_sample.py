@@ -178,3 +178,88 @@ def test_gpt2_by_name_offline_fails_fast_with_a_local_path_hint(script_env):
                             text=True, timeout=60, env=script_env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "could not download 'gpt2'" in result.stderr and "local directory" in result.stderr
+
+
+def first_occurrence_cut(text: str, prompt: str, stops: list[str], keep: bool = False) -> str:
+    """The reference: the prompt, then the generated text up to its first stop (Python's str.find)."""
+    generated = text[len(prompt):]
+    found = [(generated.find(s), len(s)) for s in stops if generated.find(s) >= 0]
+    if not found:
+        return text
+    at, length = min(found)
+    return prompt + generated[:at + length * keep]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_stop_strings_cut_every_sample_at_its_first_stop(trained_run, keep):
+    model, tokenizer = load_model("resume", str(trained_run))
+    config = SampleConfig(start="All:", num_samples=3, max_new_tokens=60, temperature=1.0, seed=11)
+    whole = sample(model, tokenizer, config)
+    generated = whole[0][4:]
+    stop = generated[20:22]  # two characters: two tokens
+    assert len(stop) == 2
+    pieces = []
+    stopped = sample(model, tokenizer, SampleConfig(**{**config.__dict__, "stop": [stop, "zz"], "keep_stop": keep}),
+                     on_text=pieces.append)
+    assert stopped == [first_occurrence_cut(text, "All:", [stop, "zz"], keep) for text in whole]
+    assert len(stopped[0]) <= 4 + 22 and "".join(pieces) == stopped[0]  # the stream shows nothing past it
+
+
+def test_cli_streams_up_to_the_stop_only(trained_run, capsys):
+    from errors import main_guard
+    from sample import main
+
+    def run(*flags):
+        main_guard(main, [f"--out_dir={trained_run}", "--device=cpu", "--start=All:", "--num_samples=1",
+                          "--max_new_tokens=60", "--seed=3", "--stream", *flags])
+        return capsys.readouterr().out.split("\n---------------")[0]
+
+    whole = run()
+    stop = whole[4:][25:27]
+    assert run(f"--stop={stop}") == first_occurrence_cut(whole, "All:", [stop])
+
+
+def test_stop_is_repeatable_and_each_flag_is_taken_whole():
+    from options import parse_options
+
+    (config,) = parse_options(["--stop=a,b", "--stop=\n\n", "--stop= c"], (SampleConfig,), "sample.py", "")
+    assert config.stop == ["a,b", "\n\n", " c"]
+    assert SampleConfig().stop == [] and SampleConfig().end_of_text_stops
+
+
+class Fixed(torch.nn.Module):
+    """A GPT-2-vocabulary model that always says the same tokens, one row or many."""
+    config = GPTConfig(block_size=8, vocab_size=50257, n_layer=1, n_head=1, n_embd=4)
+
+    def __init__(self, tokens: list[int]):
+        super().__init__()
+        self.tokens = tokens
+
+    def parameters(self):
+        yield torch.zeros(1)
+
+    def generate_stream(self, idx, max_new_tokens, *args, **kwargs):
+        for token in self.tokens[:max_new_tokens]:
+            yield torch.tensor([[token]] * idx.size(0))
+
+
+@pytest.mark.parametrize("end_of_text_stops", [True, False])
+def test_end_of_text_ends_a_bpe_sample_by_default(monkeypatch, end_of_text_stops):
+    tokenizer = GPT2Tokenizer()
+    tokens = tokenizer.encode(" there") + [tokenizer.eot_token] + tokenizer.encode("Next document")
+    monkeypatch.setattr("sample.generate_stream", lambda model, *args, **kwargs: model.generate_stream(*args, **kwargs))
+    config = SampleConfig(start="Hi", num_samples=2, max_new_tokens=len(tokens), end_of_text_stops=end_of_text_stops)
+    texts = sample(Fixed(tokens), tokenizer, config)
+    expected = "Hi there" if end_of_text_stops else "Hi there<|endoftext|>Next document"
+    assert texts == [expected, expected]
+
+
+def test_tokens_per_second_counts_the_tokens_generated_before_every_sample_stopped(monkeypatch):
+    from sample import sample_and_count
+
+    tokenizer = GPT2Tokenizer()
+    tokens = tokenizer.encode(" a b") + [tokenizer.eot_token] + tokenizer.encode(" c d e f g")
+    monkeypatch.setattr("sample.generate_stream", lambda model, *args, **kwargs: model.generate_stream(*args, **kwargs))
+    texts, steps = sample_and_count(Fixed(tokens), tokenizer, SampleConfig(start="Hi", num_samples=2,
+                                                                          max_new_tokens=len(tokens)))
+    assert texts == ["Hi a b"] * 2 and steps == len(tokenizer.encode(" a b")) + 1  # the stop token, then no more
