@@ -1,6 +1,7 @@
-# Which tokenizer for a small corpus? The offline Python-docs corpus as characters, as a byte-level BPE learned on its train
-# split at 512, 2048 and 8192 tokens, and as GPT-2's BPE: the same model (the baby, context 64 tokens) and the
-# same compute in tokens (400 steps x 12 x 64 = 307k tokens seen; 2 seeds: the CPU time this session had), compared in bits per byte on the test split.
+# Which tokenizer for a small corpus? The offline Python-docs corpus as characters, as a byte-level BPE learned
+# on its train split at 512, 2048 and 8192 tokens, and as GPT-2's BPE: the same model (the baby, context 64
+# tokens) and the same compute in tokens (400 steps x 12 x 64 = 307k tokens seen), compared in bits per byte on
+# the test split. 2 seeds at 400 steps: what this session's CPU time allowed beside the Shakespeare study.
 # python data/python_docs_char/prepare.py
 # for v in 512 2048 8192; do python data/python_docs_char/prepare.py --tokenizer=bpe \
 #     --vocab_size=$v --out_dir=data/python_docs_bpe$v; done
