@@ -36,7 +36,7 @@ from checkpoint import (
     save_checkpoint,
 )
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
-from devices import DTYPES, autocast_context, choose_device, choose_dtype
+from devices import DTYPES, autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
 from errors import UserError, main_guard
 from memory import parameter_counts, training_state_bytes
 from model import GPT, GPTConfig
@@ -90,7 +90,7 @@ class TrainConfig:
     backend: str = "auto"  # DDP backend: auto (nccl on cuda, gloo otherwise) | nccl | gloo
     parallel: str = "ddp"  # under torchrun: ddp (each process holds the whole model) | fsdp (each holds 1/N of it)
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
-    dtype: str = "auto"  # auto (bfloat16 on a GPU that has it, else float16; float32 elsewhere) | float32 | ...
+    dtype: str = "auto"  # auto (GPU: bfloat16, else float16; CPU: bfloat16 if a start-up probe finds it faster) | ...
     compile: bool = True  # torch.compile the model: a slow first step, faster ones after
     activation_checkpointing: bool = False  # recompute each Block in the backward pass: less memory, ~1/3 more compute
     seed: int = 1337  # seeds the initialisation, dropout and the order of batches
@@ -201,6 +201,19 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
     return model, None
 
 
+def training_dtype(config: TrainConfig, model_config: GPTConfig, world_size: int,
+                   device: torch.device) -> tuple[torch.dtype, str]:
+    """The dtype to train in and why (devices.choose_training_dtype: auto on a CPU probes bfloat16 against
+    float32 on this model's products). Processes whose probes disagree all take float32."""
+    shapes = model_matmul_shapes(config.batch_size * model_config.block_size, model_config.n_embd,
+                                 model_config.vocab_size)
+    dtype, reason = choose_training_dtype(config.dtype, device, shapes)
+    any_float32 = max_over_processes([float(dtype == torch.float32)], world_size, device)[0]  # every rank calls
+    if dtype == torch.bfloat16 and any_float32:
+        return torch.float32, "auto: another process's probe found float32 faster"
+    return dtype, reason
+
+
 @dataclass
 class Run:
     """What a training holds between steps. model is the plain module (sharded in place under FSDP; its full
@@ -260,6 +273,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
+    dtype, dtype_reason = training_dtype(config, model.config, world_size, device)
     model.activation_checkpointing = config.activation_checkpointing
     splits = {split: load_split(data_dir, split, model.config.block_size) for split in ("train", "val")}
     if model.config.vocab_size < data_description["vocab_size"]:
@@ -285,7 +299,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     if run.master:
         run.log = open_metrics_log(run)
         print(f"{model.get_num_params():,} parameters, pos_encoding={model.config.pos_encoding}, device={device}, "
-              f"dtype={str(dtype).removeprefix('torch.')}, {world_size} process(es), "
+              f"dtype={str(dtype).removeprefix('torch.')} ({dtype_reason}), {world_size} process(es), "
               f"{run.tokens_per_iter:,} tokens/iter")
     return run
 
