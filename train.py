@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from batches import Batch, BatchPrefetcher
 from checkpoint import (
     all_finite,
     best_subset,
@@ -95,6 +96,7 @@ class TrainConfig:
     activation_checkpointing: bool = False  # recompute each Block in the backward pass: less memory, ~1/3 more compute
     seed: int = 1337  # seeds the initialisation, dropout and the order of batches
     progress: bool = True  # show a tqdm progress bar
+    prefetch: bool = True  # build the next step's batches in a worker thread while this step computes
 
     def __post_init__(self) -> None:
         for name in ("eval_interval", "eval_iters", "log_interval", "gradient_accumulation_steps", "batch_size"):
@@ -237,6 +239,7 @@ class Run:
     log: MetricsLog
     iter_num: int = 0
     best_val_loss: float = math.inf
+    batches: BatchPrefetcher | None = None  # each step's training batches (step_batches), set up last
 
     @property
     def master(self) -> bool:
@@ -296,12 +299,29 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
                                                   run.out_dir / "ckpt.pt")
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         continue_training(run, resumed, init_checkpoint(config.init_from))
+    run.batches = batch_prefetcher(run)
     if run.master:
         run.log = open_metrics_log(run)
         print(f"{model.get_num_params():,} parameters, pos_encoding={model.config.pos_encoding}, device={device}, "
               f"dtype={str(dtype).removeprefix('torch.')} ({dtype_reason}), {world_size} process(es), "
               f"{run.tokens_per_iter:,} tokens/iter")
     return run
+
+
+def batch_prefetcher(run: Run) -> BatchPrefetcher:
+    """This process's micro-batches of each step, drawn from the run's batch generator (batches.py)."""
+    config, train_data = run.config, run.splits["train"]
+    local_steps = config.gradient_accumulation_steps // run.world_size
+
+    def draw(generator: torch.Generator) -> torch.Tensor:  # every process draws all micro-batches, takes its own
+        return sample_offsets(len(train_data), run.block_size, run.tokens_per_iter // run.block_size,
+                              generator).view(config.gradient_accumulation_steps, config.batch_size)
+
+    def build(offsets: torch.Tensor) -> list[Batch]:
+        return [get_batch(train_data, offsets[run.rank * local_steps + micro_step], run.block_size, run.device,
+                          run.data_description["vocab_size"]) for micro_step in range(local_steps)]
+
+    return BatchPrefetcher(run.batch_generator, draw, build, config.prefetch)
 
 
 def open_metrics_log(run: Run) -> MetricsLog:
@@ -382,16 +402,13 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
 
 def train_step(run: Run, lr: float) -> torch.Tensor:
     """One optimizer step over this process's share of the micro-batches; returns their mean loss (on device)."""
-    config, train_data = run.config, run.splits["train"]
+    config = run.config
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    local_steps = config.gradient_accumulation_steps // run.world_size
-    offsets = sample_offsets(len(train_data), run.block_size, run.tokens_per_iter // run.block_size,
-                             run.batch_generator).view(config.gradient_accumulation_steps, config.batch_size)
+    batches = run.batches.step_batches()
+    local_steps = len(batches)
     total = torch.zeros((), device=run.device)
-    for micro_step in range(local_steps):
-        x, y = get_batch(train_data, offsets[run.rank * local_steps + micro_step], run.block_size, run.device,
-                         run.data_description["vocab_size"])
+    for micro_step, (x, y) in enumerate(batches):
         sync = run.world_size == 1 or micro_step == local_steps - 1
         with gradient_sync(run.wrapped, sync), autocast_context(run.device, run.dtype):
             loss = run.wrapped(x, y)[1] / local_steps
@@ -437,6 +454,7 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
         try:
             return train_loop(run)
         finally:
+            run.batches.close()
             run.log.finish()
 
 
