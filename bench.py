@@ -30,7 +30,7 @@ import torch
 from torch.nn import functional as F
 
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
-from devices import autocast_context, choose_device, choose_dtype
+from devices import autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
 from errors import main_guard
 from generate import compiled_decode_step
 from model import GPT, GPTConfig, has_fused_adamw
@@ -168,7 +168,8 @@ class BareLoop:
 
 def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.device) -> list[Variant]:
     """The plain loop, then one change added at a time, then nanoGPT's if asked for. The configured setting of
-    train.py is the first variant named in `configured_variant`."""
+    train.py is the first variant named in `configured_variant`. On a CPU, compiled in the other of float32 and
+    bfloat16 too: what --dtype=auto's probe chose between."""
     dtype = choose_dtype(config.dtype, device)
     has_fused = has_fused_adamw(device.type)
     variants = [Variant("plain: eager, foreach AdamW", False, False, dtype)]
@@ -177,6 +178,8 @@ def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.dev
     variants.append(Variant("+ compile", True, has_fused, dtype))
     if device.type == "cpu" and dtype == torch.float32:
         variants.append(Variant("+ bfloat16 autocast", True, has_fused, torch.bfloat16))
+    elif device.type == "cpu" and dtype == torch.bfloat16:
+        variants.append(Variant("+ compile, float32 instead", True, has_fused, torch.float32))
     if bench.nanogpt_dir:
         variants += [Variant("nanoGPT: eager", False, False, dtype, nanogpt=True),
                      Variant("nanoGPT: compile", True, False, dtype, nanogpt=True)]
@@ -197,6 +200,9 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
     description = read_description(resolve_data_dir(config.dataset))
     model_config = replace(model_config, vocab_size=model_vocab_size(description))
     tokens_per_step = config.batch_size * config.gradient_accumulation_steps * model_config.block_size
+    dtype, dtype_reason = choose_training_dtype(config.dtype, device, model_matmul_shapes(
+        config.batch_size * model_config.block_size, model_config.n_embd, model_config.vocab_size))
+    config = replace(config, dtype=dtype_name(dtype))  # train.py's rounds in the same dtype, not probed again
     clock = bench_clock(bench, device)
     variants = training_variants(bench, config, device)
     configured = configured_variant(variants, config, device)
@@ -247,7 +253,8 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
                 figure("train.py", row, "train.py tokens/s", train_rate, "tokens/s"),
                 figure("train.py", row, "overhead", 1 - train_rate / wall, "%")]
     return (f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
-            f"{bench.rounds} alternating rounds of {bench.bench_steps} steps (medians)"), figures
+            f"{bench.rounds} alternating rounds of {bench.bench_steps} steps (medians); dtype {dtype_name(dtype)} "
+            f"({dtype_reason})"), figures
 
 
 def bench_clock(bench: BenchConfig, device: torch.device):
