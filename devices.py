@@ -10,9 +10,10 @@ from torch.nn import functional as F
 from errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# bfloat16 is chosen on a CPU only when the probe's products run at least this much faster in it: a near tie
-# stays in float32, so that timing noise does not flip the choice from one run to the next.
-BF16_MARGIN = 1.1
+# bfloat16 is chosen on a CPU only when the probe's products run at least this much faster in it: the products
+# are three quarters of the step, and the rest gains nothing or loses (its casts): a 1.31x faster probe gave a
+# compiled step no faster at all on this repository's 2-core machine under load (README, Speed and quality).
+BF16_MARGIN = 1.3
 # Products of the probe, (rows, in_features, out_features), one Linear each
 MatmulShape = tuple[int, int, int]
 # The probe's rows and widths are capped here: enough for the kernels' speed per FLOP, and about 1 s at most for

@@ -5,10 +5,10 @@ import threading
 
 import numpy as np
 import torch
+from test_train import configs
 
 from batches import BatchPrefetcher
 from dataset import get_batch, sample_offsets
-from test_train import configs
 from train import train
 
 BLOCK, ROWS, STEPS = 8, 3, 6
