@@ -445,7 +445,9 @@ def main(argv: list[str]) -> None:
         return
     results = ([measure_once(bench, config, model_config)] if bench.repeats == 1
                else measure_in_processes(argv, bench.repeats))
-    print(f"{results[0]['header']}\n{len(results)} process(es), each cell the median (min–max) over them; load "
+    headers = dict.fromkeys(r["header"] for r in results)  # processes whose dtype probes disagreed differ here
+    print("\n".join(headers))
+    print(f"{len(results)} process(es), each cell the median (min–max) over them; load "
           f"averages (1/5/15 min) before -> after each: {'; '.join(r['load'] for r in results)}\n")
     print(spread_tables([r["figures"] for r in results]))
 
