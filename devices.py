@@ -11,8 +11,8 @@ from errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # bfloat16 is chosen on a CPU only when the probe's products run at least this much faster in it: the products
-# are three quarters of the step, and the rest gains nothing or loses (its casts): a 1.31x faster probe gave a
-# compiled step no faster at all on this repository's 2-core machine under load (README, Speed and quality).
+# are three quarters of the step, and the rest gains nothing or loses (its casts): a 1.31-1.35x faster probe came
+# with a compiled step 1.0-1.06x faster on this repository's 2-core machine under load (README, Speed and quality).
 BF16_MARGIN = 1.3
 # Products of the probe, (rows, in_features, out_features), one Linear each
 MatmulShape = tuple[int, int, int]
