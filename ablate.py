@@ -1,28 +1,39 @@
-"""Controlled studies: train every cell of a grid under the same seeds, batches, initialisation and budget, then
-evaluate every final model the same way and compare the cells seed by seed.
-    python ablate.py config/ablate_positions.py
+"""Controlled studies: train every cell of a grid under the same seeds, batches, initialisation and budgets, then
+evaluate every final model the same way on a split no choice looked at, and compare the cells seed by seed.
+    python ablate.py config/ablate_positions_budgets.py
     python ablate.py config/ablate_positions.py --variants=learned,none --seeds=2 --max_iters=500
 
 Cells. --variants lists cells; a cell is a pos_encoding value ("rope"), or name=value settings of any
 GPTConfig/TrainConfig field separated by spaces ("pos_encoding=sinusoidal sinusoidal_amplitude=1.0", or
 "sinusoidal sinusoidal_amplitude=1.0"). --grid adds the cross product "name=v1,v2;name2=v3,v4" (";" between fields,
 "," between values). A cell's settings override the config file and flags; everything else is the same for all.
+Tables and plots name a cell as a person writes it ("sinusoidal 1.0").
 
-Each (cell, seed) run trains in this process with train.train() into <study_dir>/<cell>/seed<N>/ and leaves
-there its checkpoints, train.log, done.json (the training record with every setting that changes the numbers) and
-eval.json (the evaluation). A rerun reuses finished runs, refuses one made with other settings, and restarts
-unfinished ones from scratch; runs go seed by seed, so a study cut short still has whole seeds for every cell.
+Budgets (--budgets=1000,2000): each cell trains to each budget with a complete schedule: a cosine run per budget,
+or with --lr_schedule=wsd one constant-rate run per (cell, seed) that each budget's decay branches from
+(study_plan.py). --lr_sweep=3e-4,1e-3 first picks each cell's own learning rate on val, on seeds of its own; the
+cells then train at the common rate and at their own. --equivalence_margin adds a TOST verdict to every pair.
 
-Evaluation of every final model (ckpt.pt) on the whole val split, at each length L in eval_multipliers:
+Each run trains in this process with train.train() into <study_dir>/<cell>/seed<N>/ (with budgets, one folder per
+budget below it) and leaves there its checkpoints, train.log, done.json (the training record with every setting
+that changes the numbers, the data split's identity included) and eval.json (the evaluation). A rerun reuses
+finished runs, refuses one made with other settings, and restarts unfinished ones from scratch; runs go seed by
+seed, so a study cut short still has whole seeds for every cell. Runs can be spread over processes (--jobs=N) or a
+cluster's job array (--run_index=K, then --report_only=True); see study_runs.py for how they share one study
+folder. With --lr_sweep the study has two stages: --list_runs and --run_index number the sweep's runs until it
+has finished, then the headline's runs (which depend on the sweep's picks).
+
+Evaluation of every final model (ckpt.pt) on the whole eval_split (test; val for a study that makes a choice), at
+each length L in eval_multipliers:
   nonoverlapping  the split cut into consecutive windows of L tokens; every token scored once, with the tokens
                   before it in its window as context (the protocol of Press et al.)
   sliding         the same windows, but no token sees more than sliding_window tokens (itself included): the
                   windows are scored in pieces of sliding_window tokens that advance by sliding_stride
-The results (results.md, .csv, .json and the plots) go to <study_dir>.
+The results (results.md, .csv, .json and the plots) go to <study_dir>, in nats per token and bits per byte.
 """
 
 import itertools
-import re
+import math
 import signal
 import sys
 import time
@@ -33,21 +44,26 @@ from pathlib import Path
 import torch
 
 import ablate_plots
+import study_plan
 from checkpoint import load_checkpoint
-from dataset import resolve_data_dir
-from errors import OptionError, main_guard
+from dataset import load_split, resolve_data_dir
+from errors import OptionError, UserError, main_guard
 from model import GPT, GPTConfig
 from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, sliding_geometry
-from study_report import CHECKPOINT, header_lines, study_comparisons, summarize, write_results
-from study_runs import train_and_evaluate
+from study_report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
+from study_runs import finished_records, study_records
 from tokenizer import read_description
 from train import TrainConfig, build_model
 
 # Set by the study for each run: a run starts from scratch in its own folder and keeps its final checkpoint.
 PER_RUN = ("vocab_size", "seed", "out_dir", "init_from", "eval_only", "overwrite", "always_save_checkpoint")
 PROTOCOLS = ("nonoverlapping", "sliding")
+SPLITS = ("test", "val")
+MAX_SEEDS = 10_000  # seeds per cell: a plan of them is built in memory
+MAX_SEED = 2**63 - 1  # seeds are int64
+LABEL_WORDS = {"learning_rate": "lr", "learned_init_std": "init std"}  # how cell_label names these settings
 
 # The cells of README's study; the other registered encodings (positions.POS_ENCODINGS: t5) join with --variants.
 STUDY_CELLS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -60,6 +76,14 @@ class AblateConfig:
     grid: str = ""  # more cells, the cross product of "name=v1,v2;name2=v3,v4"; added after variants
     seeds: int = 5  # runs per cell, seeded first_seed, first_seed+1, ...
     first_seed: int = 1337  # seed of each cell's first run: initialisation and batch order
+    budgets: list[int] = field(default_factory=list)  # steps each cell trains to, each a whole schedule; []: max_iters
+    headline_budget: int = 0  # the budget of the main tables (one of budgets); 0: the largest
+    eval_split: str = "test"  # the split final models are scored on: test (no choice looked at it) | val
+    lr_sweep: list[float] = field(default_factory=list)  # learning rates tried per cell on val; []: no sweep
+    lr_sweep_seeds: int = 2  # seeds per (cell, learning rate) of the sweep, from lr_sweep_first_seed
+    lr_sweep_first_seed: int = 100_000  # the sweep's first seed: its seeds must not be the headline's
+    lr_sweep_budget: int = 0  # steps of each sweep run; 0: the headline budget
+    equivalence_margin: float = 0.0  # TOST margin (nats/token), fixed before the study runs; 0: no TOST
     eval_multipliers: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0])  # eval lengths / block_size
     protocols: list[str] = field(default_factory=lambda: list(PROTOCOLS))  # nonoverlapping | sliding
     sliding_window: int = 0  # most tokens a sliding-window forward holds (context + the token); 0: block_size
@@ -67,6 +91,11 @@ class AblateConfig:
     eval_batch_size: int = 64  # windows per forward pass in the evaluation
     reference: str = ""  # the cell that the paired-difference plot compares every other cell to; "": the first
     threads: int = 0  # torch CPU threads; 0: torch's default. 1 is faster when other jobs share a small CPU
+    jobs: int = 1  # runs trained at once, each in its own process on its share of the CPUs (or --threads)
+    run_index: int = -1  # train and evaluate only run number K of the plan (a job array's task); -1: all
+    report_only: bool = False  # report from the runs on disk, training nothing; unfinished runs are an error
+    list_runs: bool = False  # print the plan's runs (their numbers for --run_index) and stop
+    overwrite: bool = False  # replace the results of another study in study_dir (its runs are kept)
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.protocols if p not in PROTOCOLS]
@@ -75,12 +104,48 @@ class AblateConfig:
         if self.threads < 0 or self.sliding_window < 0 or self.sliding_stride < 0:
             raise ValueError(f"threads={self.threads}, sliding_window={self.sliding_window} and sliding_stride="
                              f"{self.sliding_stride} must be >= 0 (0: the default)")
-        if self.seeds < 1 or self.eval_batch_size < 1:
-            raise ValueError(f"seeds={self.seeds} and eval_batch_size={self.eval_batch_size} must be at least 1")
-        if not self.eval_multipliers or min(self.eval_multipliers) <= 0:
-            raise ValueError(f"eval_multipliers={self.eval_multipliers} must be positive numbers")
+        if self.sliding_window and self.sliding_stride > self.sliding_window:
+            raise ValueError(f"sliding_stride={self.sliding_stride} is longer than sliding_window="
+                             f"{self.sliding_window}: tokens between pieces would go unscored; give a stride of at "
+                             "most the window")
+        if self.seeds < 1 or self.eval_batch_size < 1 or self.lr_sweep_seeds < 1:
+            raise ValueError(f"seeds={self.seeds}, lr_sweep_seeds={self.lr_sweep_seeds} and eval_batch_size="
+                             f"{self.eval_batch_size} must be at least 1")
+        check_seeds("seeds", self.first_seed, self.seeds)
+        check_seeds("lr_sweep_seeds", self.lr_sweep_first_seed, self.lr_sweep_seeds)
+        if self.lr_sweep and max(self.first_seed, self.lr_sweep_first_seed) < min(
+                self.first_seed + self.seeds, self.lr_sweep_first_seed + self.lr_sweep_seeds):
+            raise ValueError(f"the learning-rate sweep's seeds ({self.lr_sweep_first_seed}..) overlap the study's "
+                             f"({self.first_seed}..{self.first_seed + self.seeds - 1}): a pick made on the "
+                             "headline's seeds flatters it; move --lr_sweep_first_seed")
+        if not self.eval_multipliers or not all(0 < m < math.inf for m in self.eval_multipliers):
+            raise ValueError(f"eval_multipliers={self.eval_multipliers} must be positive finite numbers")
+        if not all(lr > 0 and math.isfinite(lr) for lr in self.lr_sweep):
+            raise ValueError(f"lr_sweep={self.lr_sweep} must be positive finite learning rates")
+        if not (self.equivalence_margin >= 0 and math.isfinite(self.equivalence_margin)):
+            raise ValueError(f"equivalence_margin={self.equivalence_margin} must be >= 0 (0: no equivalence test)")
+        if any(b < 1 for b in self.budgets) or len(set(self.budgets)) < len(self.budgets):
+            raise ValueError(f"budgets={self.budgets} must be distinct step counts of at least 1")
+        if self.headline_budget and self.headline_budget not in self.budgets:
+            raise ValueError(f"headline_budget={self.headline_budget} is not one of budgets={self.budgets}")
+        if self.lr_sweep_budget < 0:
+            raise ValueError(f"lr_sweep_budget={self.lr_sweep_budget} must be >= 0 (0: the headline budget)")
+        if self.jobs < 1 or self.run_index < -1 or (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
+            raise ValueError(f"jobs={self.jobs} (at least 1), run_index={self.run_index} (-1: all) and report_only="
+                             f"{self.report_only}: choose one of --jobs, --run_index and --report_only")
+        if self.eval_split not in SPLITS:
+            raise ValueError(f"eval_split={self.eval_split!r} must be one of {', '.join(SPLITS)}")
         if not self.variants and not self.grid:
             raise ValueError("no cells to compare: give --variants=learned,none or --grid=name=v1,v2")
+
+
+def check_seeds(name: str, first: int, count: int) -> None:
+    """Seeds first .. first + count - 1 must be int64 values torch can take, and few enough to plan."""
+    if count > MAX_SEEDS:
+        raise ValueError(f"{name}={count:,} is more than MAX_SEEDS={MAX_SEEDS:,} runs per cell; give fewer seeds")
+    if first < 0 or first + count - 1 > MAX_SEED:
+        raise ValueError(f"seeds {first}..{first + count - 1} must lie in 0..{MAX_SEED} (a 64-bit integer); "
+                         "give a smaller first seed")
 
 
 # ---------------------------------------------------------------------------------------------------- cells
@@ -107,9 +172,21 @@ def parse_setting(text: str) -> tuple[str, object]:
     return name, convert_value(name, value, known[name][1])
 
 
+def parse_cell(variant: str) -> dict[str, object]:
+    """One cell, "name=value name=value" (or a bare pos_encoding word): {field: value}, each field set once."""
+    cell: dict[str, object] = {}
+    for name, value in map(parse_setting, variant.split()):
+        if name in cell:
+            commas = ",".join(variant.split())
+            hint = f"; separate cells with commas: --variants={commas}" if name == "pos_encoding" else ""
+            raise OptionError(f"cell {variant!r} sets {name} twice ({cell[name]!r} and {value!r}); set it once{hint}")
+        cell[name] = value
+    return cell
+
+
 def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:
     """The cells to compare, in order: --variants, then the --grid cross product. Each is {field: value}."""
-    cells = [dict(parse_setting(part) for part in variant.split()) for variant in ablate.variants]
+    cells = [parse_cell(variant) for variant in ablate.variants]
     axes = []
     for part in filter(None, (p.strip() for p in ablate.grid.split(";"))):
         name, has_values, values = part.partition("=")
@@ -121,36 +198,63 @@ def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise OptionError(f"cells {repeated} are listed more than once; list each cell once")
+    if ablate.lr_sweep and any("learning_rate" in c for c in cells):
+        raise OptionError("a cell sets learning_rate and lr_sweep picks each cell's own: drop one of them")
     return cells
 
 
 def cell_name(cell: dict[str, object]) -> str:
-    """"sinusoidal sinusoidal_amplitude=1.0": the pos_encoding first, bare, then the other settings."""
+    """"sinusoidal sinusoidal_amplitude=1.0": the pos_encoding first, bare, then the other settings. The cell's
+    identity (its folder, its records); tables and plots show cell_label."""
     parts = [str(cell["pos_encoding"])] if "pos_encoding" in cell else []
     return " ".join(parts + [f"{k}={v}" for k, v in cell.items() if k != "pos_encoding"]) or "base"
 
 
-def cell_dir(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)
+def cell_label(cell: dict[str, object]) -> str:
+    """The cell as a person writes it: "sinusoidal 0.1" (a setting of the cell's own encoding, by value alone),
+    "learned init std 0.01", "rope lr 0.003", other settings as name=value."""
+    encoding = str(cell.get("pos_encoding", ""))
+    parts = [encoding] if encoding else []
+    for name, value in cell.items():
+        shown = (f"{value:.1f}" if value.is_integer() else f"{value:g}") if isinstance(value, float) else str(value)
+        if name == "pos_encoding":
+            continue
+        if name in LABEL_WORDS:
+            parts.append(f"{LABEL_WORDS[name]} {shown}")
+        elif encoding and name.startswith(f"{encoding}_"):
+            parts.append(shown)
+        else:
+            parts.append(f"{name}={shown}")
+    return " ".join(parts) or "base"
 
 
-def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> list[dict]:
-    """One entry per (cell, seed), seed by seed: everything identical except the cell's settings, seed, out_dir."""
-    cells = study_cells(ablate)
+def cell_configs(cells: list[dict], train_config: TrainConfig, model_config: GPTConfig) -> list[tuple]:
+    """(name, label, train config, model config) per cell; a setting a config refuses (dropout=1.5, a misspelt
+    encoding, rope with an odd head size) is one line naming the cell, before anything trains. A cell's own
+    learning_rate scales min_lr with it (unless the cell sets min_lr too)."""
     configs = []
     for cell in cells:
         overrides = {s: {k: v for k, v in cell.items() if field_types()[k][0] is s} for s in (TrainConfig, GPTConfig)}
-        configs.append((cell_name(cell), replace(train_config, **overrides[TrainConfig]),
-                        replace(model_config, **overrides[GPTConfig])))
-    plan = []
-    for seed in range(ablate.first_seed, ablate.first_seed + ablate.seeds):
-        for name, cell_train, cell_model in configs:
-            run_dir = Path(ablate.study_dir) / cell_dir(name) / f"seed{seed}"
-            plan.append({"variant": name, "seed": seed, "dir": run_dir, "model_config": cell_model,
-                         "train_config": replace(cell_train, out_dir=str(run_dir), seed=seed, progress=False,
-                                                 init_from="scratch", eval_only=False, overwrite=False,
-                                                 always_save_checkpoint=True)})
-    return plan
+        if "learning_rate" in cell and "min_lr" not in cell:  # the decay keeps its depth: min_lr / learning_rate
+            overrides[TrainConfig]["min_lr"] = train_config.min_lr * cell["learning_rate"] / train_config.learning_rate
+        try:
+            configs.append((cell_name(cell), cell_label(cell), replace(train_config, **overrides[TrainConfig]),
+                            replace(model_config, **overrides[GPTConfig])))
+        except ValueError as e:
+            raise OptionError(f"cell {cell_name(cell)!r}: {e}") from None
+    return configs
+
+
+def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
+             cells: list[dict] | None = None) -> list[dict]:
+    """The study's runs at every budget, seed by seed (see study_plan.py); cells default to study_cells."""
+    configs = cell_configs(study_cells(ablate) if cells is None else cells, train_config, model_config)
+    return study_plan.budget_plan(configs, Path(ablate.study_dir), seeds(ablate), ablate.budgets or [None],
+                                  ablate.eval_split)
+
+
+def seeds(ablate: AblateConfig) -> range:
+    return range(ablate.first_seed, ablate.first_seed + ablate.seeds)
 
 
 def initial_model(run: dict) -> GPT:
@@ -161,66 +265,7 @@ def initial_model(run: dict) -> GPT:
     return model
 
 
-# ---------------------------------------------------------------------------------------------------- training
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------------------------------------------- evaluation
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------------------------------------------- statistics
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------------------- results
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def position_tables(plan: list[dict]) -> dict | None:
@@ -234,6 +279,67 @@ def position_tables(plan: list[dict]) -> dict | None:
         f"after training (step {final['iter_num']})": final["model"]["input_layer.wpe"].float()}}
 
 
+def check_before_training(ablate: AblateConfig, plan: list[dict], cells: list[str]) -> None:
+    """Everything about the evaluation and the data that can be wrong, found before the first run trains."""
+    if ablate.reference and ablate.reference not in cells:
+        raise OptionError(f"reference={ablate.reference!r} is not one of the cells {cells}")
+    block_sizes = {run["model_config"].block_size for run in plan}
+    if len(block_sizes) > 1:
+        raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size")
+    block_size = block_sizes.pop()
+    window, stride = sliding_geometry(ablate, block_size)
+    if stride > window:
+        raise OptionError(f"sliding_stride={stride} is longer than the sliding window ({window} tokens): tokens "
+                          "between pieces would go unscored; give a stride of at most the window")
+    for dataset in dict.fromkeys(run["train_config"].dataset for run in plan):
+        for split in dict.fromkeys(("val", ablate.eval_split)):  # an old dataset without test.bin: one line
+            load_split(resolve_data_dir(dataset), split, block_size)
+
+
+def headline_budget(ablate: AblateConfig, train_config: TrainConfig) -> int:
+    return ablate.headline_budget or max(ablate.budgets, default=train_config.max_iters)
+
+
+def lr_sweep_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
+                  cells: list[dict]) -> list[dict]:
+    """The learning-rate sweep's runs (none without --lr_sweep): each cell at each rate, on the sweep's seeds."""
+    if not ablate.lr_sweep:
+        return []
+    sweep_seeds = range(ablate.lr_sweep_first_seed, ablate.lr_sweep_first_seed + ablate.lr_sweep_seeds)
+    budget = ablate.lr_sweep_budget or headline_budget(ablate, train_config)
+    return study_plan.sweep_plan(cell_configs(cells, train_config, model_config), ablate.lr_sweep,
+                                 Path(ablate.study_dir), sweep_seeds, budget)
+
+
+def own_learning_rates(ablate: AblateConfig, plan: list[dict], train_config: TrainConfig, model_config: GPTConfig,
+                       cells: list[dict]) -> tuple[dict | None, int]:
+    """The learning-rate sweep's stage (its runs scored on val only, at L = block_size) and each cell's pick:
+    ({"picks": {cell: rate}, "val": {cell: {rate: [val loss per seed]}}, "budget", "runs": records}, 0); or
+    (None, 0) when --list_runs or --run_index ended this stage, (None, the signal) when one stopped it. Once the
+    sweep has finished on disk, --list_runs and --run_index go on to the headline's runs."""
+    names = [cell_name(c) for c in cells]
+    try:
+        staged = ablate.run_index >= 0 or ablate.list_runs
+        records, stopped_by = (finished_records(plan, ablate), 0) if staged else (None, 0)
+    except UserError:
+        records = None
+    if records is None:
+        records, stopped_by = study_records(plan, ablate, train_config, model_config, names)
+    if records is None or stopped_by:
+        return None, stopped_by
+    block = str(model_config.block_size)
+    val: dict[str, dict[float, list[float]]] = {name: {lr: [] for lr in ablate.lr_sweep} for name in names}
+    for run, record in zip(plan, records, strict=True):
+        assert record["eval"]["split"] == "val", "a choice must never see the test split"
+        loss = record["eval"]["protocols"]["nonoverlapping"][block]["loss"]
+        val[run["cell"]][run["train_config"].learning_rate].append(loss)
+    return {"picks": study_plan.pick_learning_rates(val), "val": val, "budget": plan[0]["budget"],
+            "runs": records}, 0
+
+
+def own_rate_cells(cells: list[dict], picks: dict[str, float], common: float) -> list[dict]:
+    """Each cell at its own learning rate where that is not the common one (the common run is its own best)."""
+    return [{**c, "learning_rate": picks[cell_name(c)]} for c in cells if picks[cell_name(c)] != common]
 
 
 def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> dict:
@@ -243,33 +349,74 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     if ablate.threads:
         torch.set_num_threads(ablate.threads)
     study_dir = Path(ablate.study_dir)
-    plan = run_plan(ablate, train_config, model_config)
-    cells = list(dict.fromkeys(run["variant"] for run in plan))
-    if ablate.reference and ablate.reference not in cells:
-        raise OptionError(f"reference={ablate.reference!r} is not one of the cells {cells}")
-    if len({run["model_config"].block_size for run in plan}) > 1:
-        raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size")
-    study_dir.mkdir(parents=True, exist_ok=True)
-    records, stopped_by = train_and_evaluate(plan, ablate, train_config.max_iters, train_config.progress)
-    if stopped_by:
+    cells = study_cells(ablate)
+    plan = run_plan(ablate, train_config, model_config, cells)  # every cell checked before anything trains
+    names = [cell_name(c) for c in cells]
+    sweep_plan = lr_sweep_plan(ablate, train_config, model_config, cells)  # the own rates' settings checked too
+    check_before_training(ablate, plan, names)
+    sweep = None
+    if sweep_plan:
+        sweep, stopped_by = own_learning_rates(ablate, sweep_plan, train_config, model_config, cells)
+        if sweep is None:  # stopped, or --list_runs / --run_index within the sweep: nothing to report
+            return {"interrupted": stopped_by}
+        own = own_rate_cells(cells, sweep["picks"], train_config.learning_rate)
+        plan = run_plan(ablate, train_config, model_config, cells + own)
+        sweep["own"] = {cell_name(c): cell_name({**c, "learning_rate": sweep["picks"][cell_name(c)]})
+                        if sweep["picks"][cell_name(c)] != train_config.learning_rate else cell_name(c)
+                        for c in cells}
+    records, stopped_by = study_records(plan, ablate, train_config, model_config, names)
+    if stopped_by or records is None:  # stopped, or --list_runs / --run_index: nothing to report
         return {"interrupted": stopped_by}
     block_size = model_config.block_size
-    lengths = eval_lengths(block_size, ablate.eval_multipliers)
-    rows = summarize(records, lengths, ablate.protocols)
-    families = study_comparisons(records, cells, lengths, ablate, block_size)
-    study = {"ablate_config": asdict(ablate), "lengths": lengths, "block_size": block_size,
-             "window": sliding_geometry(ablate, block_size)[0], "checkpoint": CHECKPOINT, "confidence": CONFIDENCE,
-             "invocation_seconds": time.perf_counter() - started}
-    plots = ablate_plots.plot_all(study_dir, rows, records, families, study, position_tables(plan),
-                                  ablate.reference or cells[0])
-    write_results(study_dir, rows, families, records, lengths, header_lines(ablate, plan, records), study,
-                  plots)
-    return {**study, "summary": rows, "comparisons": families, "runs": records, "interrupted": 0}
+    study = {"ablate_config": asdict(ablate), "lengths": eval_lengths(block_size, ablate.eval_multipliers),
+             "block_size": block_size, "window": sliding_geometry(ablate, block_size)[0], "checkpoint": CHECKPOINT,
+             "confidence": CONFIDENCE, "split": ablate.eval_split,
+             "headline_budget": headline_budget(ablate, train_config),
+             "labels": {run["variant"]: run["label"] for run in plan}, "cells": names,
+             "lr_sweep": None if sweep is None else {k: v for k, v in sweep.items() if k != "runs"}}
+    study["invocation_seconds"] = time.perf_counter() - started
+    every = records + ([] if sweep is None else sweep["runs"])
+    study["compute_seconds"] = {"train": sum(r["train_seconds"] for r in every),
+                                "eval": sum(r["eval"]["seconds"] for r in every if "eval" in r)}
+    return {**study, **report(study_dir, plan, records, study, ablate), "interrupted": 0}
+
+
+def with_history(plan: list[dict], records: list[dict]) -> list[dict]:
+    """The records with each branch's val-estimate curve preceded by those of the runs it continues (a wsd
+    branch's own curve starts where its constant-rate segment ended), and its training time theirs added."""
+    by_dir = {run["dir"]: (run, record) for run, record in zip(plan, records, strict=True)}
+    full = []
+    for run, record in zip(plan, records, strict=True):
+        evals, seconds, start = list(record["evals"]), record["train_seconds"], run["start_from"]
+        while start is not None:
+            earlier, earlier_record = by_dir[start]
+            evals = [e for e in earlier_record["evals"] if e["iter"] < evals[0]["iter"]] + evals
+            seconds += earlier_record["train_seconds"]
+            start = earlier["start_from"]
+        full.append({**record, "evals": evals, "train_seconds": seconds})
+    return full
+
+
+def report(study_dir: Path, plan: list[dict], records: list[dict], study: dict, ablate: AblateConfig) -> dict:
+    """Tables, comparisons and plots of the evaluated runs: the main ones at the headline budget."""
+    evaluated = [r for r in with_history(plan, records) if "eval" in r]
+    headline = [r for r in evaluated if r["budget"] == study["headline_budget"]]
+    cells = list(dict.fromkeys(r["variant"] for r in headline))
+    rows = summarize(headline, study["lengths"], ablate.protocols, study["labels"])
+    families = study_comparisons(headline, study["cells"], study["lengths"], ablate, study["block_size"],
+                                 (study["lr_sweep"] or {}).get("own"))
+    budgets = budget_summary(evaluated, study, ablate)
+    headline_plan = [run for run in plan if run["budget"] == study["headline_budget"] and run["role"] == "run"]
+    plots = ablate_plots.plot_all(study_dir, rows, headline, families, study, position_tables(headline_plan),
+                                  ablate.reference or cells[0], budgets)
+    write_results(study_dir, rows, families, headline, header_lines(ablate, headline_plan, headline, study), study,
+                  plots, budgets)
+    return {"summary": rows, "comparisons": families, "budgets": budgets, "runs": records}
 
 
 def main(argv: list[str]) -> None:
     ablate, train_config, model_config = parse_options(argv, (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py",
-                                                       description=__doc__, skip=PER_RUN)
+                                                       description=__doc__, skip=tuple(set(PER_RUN) - {"overwrite"}))
     received = []
 
     def stop(signum: int, frame) -> None:
@@ -284,6 +431,8 @@ def main(argv: list[str]) -> None:
         print("interrupted: finished runs are kept; run the same command again to continue", file=sys.stderr)
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])
+    if "summary" not in result:
+        return
     print(f"done in {result['invocation_seconds']:.0f} s: {Path(ablate.study_dir) / 'results.md'}")
     print((Path(ablate.study_dir) / "results.md").read_text())
 

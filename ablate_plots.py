@@ -311,14 +311,79 @@ def plot_sweep(study_dir: Path, rows: list[dict], records: list[dict], study: di
     return "sweep"
 
 
+def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
+    """Each cell's loss at L = block_size against the tokens it trained on (one point per budget, each with its own
+    schedule), and each cell's paired gap to the reference cell, with the seed interval as a band."""
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6))
+    by_budget = list(budgets["by_budget"].values())
+    cells = list(dict.fromkeys(row["variant"] for entry in by_budget for row in entry["rows"]))
+    palette = colors(cells)
+    key = f"nonoverlapping {study['block_size']}"
+    for cell in cells:
+        points = [(row["tokens_seen"], *row["loss"][key]) for entry in by_budget for row in entry["rows"]
+                  if row["variant"] == cell]
+        gaps = [(entry["rows"][0]["tokens_seen"], g["mean"], g["low"], g["high"]) for entry in by_budget
+                for g in entry["gaps"] if g["a"] == cell]
+        tokens, means, halves = np.array(points).T
+        left.plot(tokens, means, color=palette[cell], marker="o", label=cell)
+        left.fill_between(tokens, means - np.nan_to_num(halves), means + np.nan_to_num(halves), color=palette[cell],
+                          alpha=0.2, linewidth=0)
+        if gaps:
+            tokens, means, lows, highs = np.array(gaps).T
+            right.plot(tokens, means, color=palette[cell], marker="o", label=f"{cell} − {budgets['reference']}")
+            right.fill_between(tokens, np.where(np.isnan(lows), means, lows), np.where(np.isnan(highs), means, highs),
+                               color=palette[cell], alpha=0.2, linewidth=0)  # no band for one seed
+    right.axhline(0, color="black", linewidth=1)
+    margin = study["ablate_config"]["equivalence_margin"]
+    if margin:
+        right.axhspan(-margin, margin, color="gray", alpha=0.15, label=f"equivalence margin ±{margin:g}")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xlabel("tokens seen in training (one point per budget, each a complete schedule)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=9)
+    left.set_ylabel(f"{study['split']} loss at L = block_size (nats/token)")
+    right.set_ylabel("paired difference (nats/token); negative: the cell is better")
+    left.set_title("Loss against tokens seen")
+    right.set_title(f"Gap to {budgets['reference']}, seed by seed")
+    fig.suptitle(f"Budgets (final models; {BAND})")
+    fig.tight_layout()
+    save(fig, study_dir / "budgets.png")
+    return "budgets"
+
+
+def relabelled(labels: dict[str, str], rows: list[dict], records: list[dict], families: dict[str, list[dict]],
+               tables: dict | None, budgets: dict, reference: str) -> tuple:
+    """The plots' inputs with every cell named by its label (as a person writes it), where labels are unique."""
+    if len(set(labels.values())) < len(labels):
+        return rows, records, families, tables, budgets, reference
+    name = labels.get
+
+    def rename(row: dict, *keys: str) -> dict:
+        return {**row, **{k: name(row[k], row[k]) for k in keys if k in row}}
+
+    rows = [rename(r, "variant") for r in rows]
+    records = [rename(r, "variant") for r in records]
+    families = {f: [rename(r, "a", "b") for r in found] for f, found in families.items()}
+    tables = None if tables is None else rename(tables, "cell")
+    budgets = {"reference": name(budgets["reference"], budgets["reference"]), "by_budget": {
+        b: {"rows": [rename(r, "variant") for r in e["rows"]], "gaps": [rename(g, "a", "b") for g in e["gaps"]]}
+        for b, e in budgets["by_budget"].items()}}
+    return rows, records, families, tables, budgets, name(reference, reference)
+
+
 def plot_all(study_dir: Path, rows: list[dict], records: list[dict], families: dict[str, list[dict]], study: dict,
-             tables: dict | None, reference: str) -> list[str]:
+             tables: dict | None, reference: str, budgets: dict) -> list[str]:
     """Every plot that the study has data for; their names (PNG files in study_dir)."""
+    rows, records, families, tables, budgets, reference = relabelled(study["labels"], rows, records, families, tables,
+                                                                     budgets, reference)
     cells = [row["variant"] for row in rows]
     names = [plot_training(study_dir, records, cells),
              plot_loss_vs_length(study_dir, rows, study) if len(study["lengths"]) > 1 else None,
              plot_loss_by_position(study_dir, records, study, cells, reference),
              plot_paired(study_dir, families, study, reference),
              plot_similarity(study_dir, tables) if tables is not None else None,
-             plot_sweep(study_dir, rows, records, study)]
+             plot_sweep(study_dir, rows, records, study),
+             plot_budgets(study_dir, budgets, study) if len(budgets["by_budget"]) > 1 else None]
     return [name for name in names if name is not None]

@@ -87,27 +87,43 @@ def replace_files(folder: Path, names: tuple[str, ...]) -> Iterator[list[Path]]:
         yield temps
 
 
-def lock_folder(folder: Path, stack: contextlib.ExitStack) -> None:
-    """Hold an exclusive lock on folder until the stack closes (or the process dies, whatever kills it).
-
-    A second process asking for it gets a UserError at once, naming the process that holds it.
-    """
+def hold_lock(path: Path, stack: contextlib.ExitStack, wait: bool = False) -> str | None:
+    """Take an exclusive lock on the file path (made if missing) until the stack closes or the process dies,
+    whatever kills it; None when taken, else the process id its holder wrote there. wait: block until it is free
+    (a signal handler that raises still interrupts the wait)."""
     if fcntl is None:
-        return
-    path = folder / LOCK_FILE
-    file = stack.enter_context(path.open("a+"))
+        return None
     try:
-        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        file = stack.enter_context(path.open("a+"))
+    except OSError as e:  # a read-only folder or file system, a path under a file
+        raise UserError(f"cannot write the lock {path}: {e.strerror or e}; choose a folder that can be written"
+                        ) from None
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
         file.seek(0)
-        holder = file.read().strip() or "another process"
-        raise UserError(f"out_dir {str(folder)!r} is in use by a training already running (process {holder} "
-                        f"holds {path}); wait for it to finish, or choose another --out_dir") from None
+        return file.read().strip() or "another process"
+    except OSError as e:  # a file system without locks (some network mounts)
+        raise UserError(f"cannot lock {path}: {e.strerror or e}; use a local folder or one mounted with locks"
+                        ) from None
     stack.callback(fcntl.flock, file.fileno(), fcntl.LOCK_UN)
     file.seek(0)
     file.truncate()
     file.write(str(os.getpid()))
     file.flush()
+    return None
+
+
+def lock_folder(folder: Path, stack: contextlib.ExitStack) -> None:
+    """Hold an exclusive lock on folder until the stack closes (or the process dies, whatever kills it).
+
+    A second process asking for it gets a UserError at once, naming the process that holds it.
+    """
+    path = folder / LOCK_FILE
+    holder = hold_lock(path, stack)
+    if holder is not None:
+        raise UserError(f"out_dir {str(folder)!r} is in use by a training already running (process {holder} "
+                        f"holds {path}); wait for it to finish, or choose another --out_dir")
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -1,4 +1,5 @@
-"""Seed-paired statistics of a study: t confidence intervals, the paired t test, and Holm's correction."""
+"""Seed-paired statistics of a study: t confidence intervals, the paired t test, the equivalence test (TOST), and
+Holm's correction."""
 
 import math
 
@@ -34,6 +35,32 @@ def paired(a: list[float], b: list[float]) -> dict:
     return {"mean": mean, "low": mean - half, "high": mean + half, "p": p, "n": n,
             "a_wins": int((differences < 0).sum()), "b_wins": int((differences > 0).sum()),
             "differences": differences.tolist()}
+
+
+def one_sided_p(differences: np.ndarray, bound: float, alternative: str) -> float:
+    """p of the one-sample t test of H0: mean <= bound (alternative "greater") or mean >= bound ("less")."""
+    n = len(differences)
+    if n < 2:
+        return math.nan
+    shift = float(np.mean(differences)) - bound
+    se = float(np.std(differences, ddof=1)) / math.sqrt(n)
+    if se == 0:  # every seed gave the same difference: it is either past the bound or not
+        return float(not (shift > 0 if alternative == "greater" else shift < 0))
+    t = shift / se
+    return float(stats.t.sf(t, n - 1) if alternative == "greater" else stats.t.cdf(t, n - 1))
+
+
+def tost(differences: list[float], margin: float) -> float:
+    """p of the two one-sided tests (Schuirmann 1987) of H0: |mean difference| >= margin. Below alpha: the mean
+    lies within (-margin, +margin), i.e. the (1 - 2 alpha) t interval of the mean lies inside it."""
+    d = np.asarray(differences, dtype=np.float64)
+    return max(one_sided_p(d, -margin, "greater"), one_sided_p(d, margin, "less"))
+
+
+def verdict(equivalent: bool, different: bool) -> str:
+    """What a pair's tests allow one to say: equivalent (within the margin; said even where a difference smaller
+    than the margin is also significant), different, or inconclusive (neither test rejects)."""
+    return "equivalent" if equivalent else "different" if different else "inconclusive"
 
 
 def holm(p_values: list[float], alpha: float = 1 - CONFIDENCE) -> list[bool]:

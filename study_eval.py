@@ -1,5 +1,6 @@
-"""How a study scores a trained model: the val (or test) tokens cut into windows of each eval length, under the
-non-overlapping and the sliding-window protocol (see ablate.py's docstring), every token scored exactly once."""
+"""How a study scores a trained model: the test (or val) tokens cut into windows of each eval length, under the
+non-overlapping and the sliding-window protocol (see ablate.py's docstring), every token scored exactly once; and
+what the scored tokens stand for in bytes and characters, for bits per byte."""
 
 import math
 import typing
@@ -12,9 +13,25 @@ from torch.nn import functional as F
 from devices import autocast_context
 from model import GPT
 from positions import encoding_of
+from tokenizer import from_description, token_byte_counts, token_char_counts
 
 if typing.TYPE_CHECKING:
     from ablate import AblateConfig
+
+
+def target_counts(data: np.ndarray, description: dict) -> dict[str, int]:
+    """How much text the scored targets data[1:] stand for: tokens, UTF-8 bytes and characters (the
+    denominators of nats per token, bits per byte and bits per character)."""
+    tokenizer = from_description(description)
+    targets = np.asarray(data[1:], dtype=np.int64)
+    return {"tokens": len(targets), "bytes": int(token_byte_counts(tokenizer)[targets].sum()),
+            "chars": int(token_char_counts(tokenizer)[targets].sum())}
+
+
+def bits_per(nats_per_token: float, counts: dict[str, int], unit: str) -> float:
+    """A mean loss in nats per token as bits per byte (unit "bytes") or per character ("chars"): the same total
+    information spread over the text the tokens stand for."""
+    return nats_per_token * counts["tokens"] / counts[unit] / math.log(2)
 
 
 def eval_lengths(block_size: int, multipliers: list[float]) -> list[int]:

@@ -14,8 +14,8 @@ import torch
 
 import ablate_plots
 from files import write_atomic
-from paired_stats import CONFIDENCE, holm, interval, paired
-from study_eval import sliding_geometry
+from paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
+from study_eval import bits_per, sliding_geometry
 
 if typing.TYPE_CHECKING:
     from ablate import AblateConfig
@@ -23,19 +23,41 @@ if typing.TYPE_CHECKING:
 CHECKPOINT = "ckpt.pt"  # the final model of each run, the one every evaluation scores
 
 
-def seed_values(records: list[dict], variant: str, protocol: str, length: int) -> dict[int, float] | None:
-    """{seed: loss} of a cell under one protocol and length; None when the cell cannot run it."""
+def seed_values(records: list[dict], variant: str, protocol: str, length: int,
+                unit: str | None = None) -> dict[int, float] | None:
+    """{seed: loss} of a cell under one protocol and length, in nats per token (unit None) or in bits per byte
+    ("bytes") or per character ("chars") of the split its own run scored; None when the cell cannot run it."""
     entries = ablate_plots.seed_entries(records, variant, protocol, length)
-    return None if entries is None else {seed: entry["loss"] for seed, entry in entries.items()}
+    if entries is None:
+        return None
+    runs = {r["seed"]: r for r in records if r["variant"] == variant}
+    return {seed: entry["loss"] if unit is None else bits_per(entry["loss"], runs[seed]["eval"], unit)
+            for seed, entry in entries.items()}
 
 
-def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int]) -> list[dict]:
-    """Paired differences for pairs of (cell, protocol) at each length, with Holm's correction per length."""
+def one_split(records: list[dict]) -> bool:
+    """Whether every record was scored on the same tokens; cells that tokenize the text differently (a dataset
+    per cell) are not, and only bits per byte compares them."""
+    return len({(r["eval"]["tokens"], r["eval"]["bytes"]) for r in records}) == 1
+
+
+def bits_factor(records: list[dict], unit: str) -> float:
+    """Nats per token to bits per byte (unit "bytes") or per character ("chars") on the split the records were
+    scored on (one split: every record's counts are the same)."""
+    counts = {(r["eval"]["tokens"], r["eval"][unit]) for r in records}
+    assert len(counts) == 1, f"the records were scored on different splits: {counts}"
+    return bits_per(1.0, next(iter(records))["eval"], unit)
+
+
+def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int], margin: float = 0.0) -> list[dict]:
+    """Paired differences for pairs of (cell, protocol) at each length, with Holm's correction per length; with a
+    margin, the equivalence test (TOST, Holm-corrected the same way) and the verdict of each pair."""
     rows = []
+    unit = None if one_split(records) else "bytes"
     for length in lengths:
         found = []
         for (a, pa), (b, pb) in pairs:
-            va, vb = seed_values(records, a, pa, length), seed_values(records, b, pb, length)
+            va, vb = seed_values(records, a, pa, length, unit), seed_values(records, b, pb, length, unit)
             if va is None or vb is None:
                 continue
             seeds = sorted(set(va) & set(vb))
@@ -44,16 +66,25 @@ def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int]) -> 
         for row, rejected in zip(found, holm([r["p"] for r in found]), strict=True):
             row["significant"] = bool(row["low"] > 0 or row["high"] < 0)
             row["holm"] = rejected
+            row["unit"] = "bits/byte" if unit else "nats/token"
+            row["mean_bits_per_byte"] = row["mean"] if unit else row["mean"] * bits_factor(records, "bytes")
+        if margin:
+            tost_p = [tost(r["differences"], margin) for r in found]
+            for row, p, equivalent in zip(found, tost_p, holm(tost_p), strict=True):
+                row.update(margin=margin, tost_p=p, equivalent=equivalent, verdict=verdict(equivalent, row["holm"]))
         rows += found
     return rows
 
 
-def summarize(records: list[dict], lengths: list[int], protocols: list[str]) -> list[dict]:
-    """One row per cell: mean and interval over its seeds at each protocol and length."""
+def summarize(records: list[dict], lengths: list[int], protocols: list[str], labels: dict[str, str]) -> list[dict]:
+    """One row per cell: mean and interval over its seeds at each protocol and length, in nats per token and in
+    bits per byte and per character."""
     rows = []
     for variant in dict.fromkeys(r["variant"] for r in records):
         runs = [r for r in records if r["variant"] == variant]
-        row = {"variant": variant, "seeds": [r["seed"] for r in runs], "parameters": runs[0]["parameters"],
+        row = {"variant": variant, "label": labels.get(variant, variant), "seeds": [r["seed"] for r in runs],
+               "parameters": runs[0]["parameters"], "budget": runs[0]["budget"],
+               "tokens_seen": runs[0]["budget"] * runs[0]["tokens_per_iter"],
                "steps": float(np.mean([r["iter_num"] for r in runs])),
                "train_seconds": interval([r["train_seconds"] for r in runs]),
                "tokens_per_sec": interval([r["tokens_per_sec"] for r in runs]), "loss": {}}
@@ -61,6 +92,10 @@ def summarize(records: list[dict], lengths: list[int], protocols: list[str]) -> 
             for n in lengths:
                 values = seed_values(records, variant, protocol, n)
                 row["loss"][f"{protocol} {n}"] = None if values is None else interval(list(values.values()))
+        for unit in ("bytes", "chars"):
+            factor = bits_factor(runs, unit)
+            row[f"bits_per_{unit[:-1]}"] = {k: None if v is None else (v[0] * factor, v[1] * factor)
+                                            for k, v in row["loss"].items()}
         rows.append(row)
     return rows
 
@@ -81,37 +116,73 @@ def markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(cells) + " |" for cells in [columns, ["---"] * len(columns), *rows]]
 
 
-def comparison_table(rows: list[dict], block_size: int) -> list[str]:
+def comparison_table(rows: list[dict], block_size: int, labels: dict[str, str]) -> list[str]:
     def side(name: str, protocol: str, other: str) -> str:
-        return f"{name} ({protocol})" if protocol != other else name
+        return f"{labels.get(name, name)} ({protocol})" if protocol != other else labels.get(name, name)
 
+    tested = any("verdict" in r for r in rows)
     cells = [[length_label(r["length"], block_size), side(r["a"], r["a_protocol"], r["b_protocol"]),
               side(r["b"], r["b_protocol"], r["a_protocol"]), f"{r['mean']:+.4f}",
-              f"[{r['low']:+.4f}, {r['high']:+.4f}]", f"{r['p']:.2g}", f"{r['a_wins']}/{r['b_wins']}",
-              "**yes**" if r["significant"] else "no", "**yes**" if r["holm"] else "no"] for r in rows]
-    columns = ["length", "a", "b", "mean a − b", f"{CONFIDENCE:.0%} CI", "p (paired t)", "seeds a/b lower",
-               "CI excludes 0", "after Holm"]
+              f"[{r['low']:+.4f}, {r['high']:+.4f}]", f"{r['mean_bits_per_byte']:+.4f}", f"{r['p']:.2g}",
+              f"{r['a_wins']}/{r['b_wins']}", "**yes**" if r["significant"] else "no",
+              "**yes**" if r["holm"] else "no"] + ([f"{r['tost_p']:.2g}", f"**{r['verdict']}**"] if tested else [])
+             for r in rows]
+    columns = ["length", "a", "b", f"mean a − b ({rows[0]['unit']})", f"{CONFIDENCE:.0%} CI", "a − b (bits/byte)",
+               "p (paired t)", "seeds a/b lower", "CI excludes 0", "after Holm"]
+    columns += [f"p (TOST, ±{rows[0]['margin']:g})", "verdict"] if tested else []
     return markdown_table(columns, cells)
 
 
 def study_comparisons(records: list[dict], cells: list[str], lengths: list[int], ablate: "AblateConfig",
-                      block_size: int) -> dict[str, list[dict]]:
-    """The families of paired tests the results report; Holm's correction applies within each (and length)."""
-    between = list(itertools.combinations(cells, 2))
-    families = {"training length": comparisons(records, [((a, "nonoverlapping"), (b, "nonoverlapping"))
-                                                         for a, b in between], [block_size])}
+                      block_size: int, own: dict[str, str] | None = None) -> dict[str, list[dict]]:
+    """The families of paired tests the results report; Holm's correction applies within each (and length).
+    cells: the cells at the common learning rate; own: {cell: the cell at its own learning rate} after a sweep.
+    Past block_size the sliding protocol is compared only where its window is shorter than the eval length
+    (else both protocols are one computation, and a model would be compared with itself)."""
+    margin = ablate.equivalence_margin
+    at_block = [block_size]
+
+    def pairs_of(names: list[str], protocol: str) -> list[tuple]:
+        return [((a, protocol), (b, protocol)) for a, b in itertools.combinations(names, 2)]
+
+    families = {"training length": comparisons(records, pairs_of(cells, "nonoverlapping"), at_block, margin)}
+    if own:
+        families["training length, each cell at its own learning rate"] = comparisons(
+            records, pairs_of(list(own.values()), "nonoverlapping"), at_block, margin)
+        families["own learning rate against the common one"] = comparisons(
+            records, [((own[c], "nonoverlapping"), (c, "nonoverlapping")) for c in cells if own[c] != c], at_block,
+            margin)
     longer = [n for n in lengths if n > block_size]
+    past_window = [n for n in longer if n > sliding_geometry(ablate, block_size)[0]]
     if "sliding" in ablate.protocols and "nonoverlapping" in ablate.protocols:
         families["extrapolation against the sliding window"] = comparisons(
-            records, [((c, "nonoverlapping"), (c, "sliding")) for c in cells], longer)
+            records, [((c, "nonoverlapping"), (c, "sliding")) for c in cells], past_window)
     for protocol in ablate.protocols:
-        families[f"longer, {protocol}"] = comparisons(records, [((a, protocol), (b, protocol)) for a, b in between],
-                                                      longer)
+        families[f"longer, {protocol}"] = comparisons(records, pairs_of(cells, protocol),
+                                                      longer if protocol == "nonoverlapping" else past_window)
     return families
+
+
+def budget_summary(records: list[dict], study: dict, ablate: "AblateConfig") -> dict:
+    """Every budget at L = block_size: each cell's mean and interval, and each cell's paired gap to the reference
+    cell (with the TOST verdict when a margin is set); the data of the loss- and gap-against-tokens plots."""
+    block_size, cells = study["block_size"], study["cells"]
+    reference = ablate.reference or cells[0]
+    by_budget = {}
+    for budget in sorted({r["budget"] for r in records}):
+        runs = [r for r in records if r["budget"] == budget]
+        pairs = [((c, "nonoverlapping"), (reference, "nonoverlapping")) for c in cells if c != reference]
+        by_budget[budget] = {"rows": summarize(runs, [block_size], ["nonoverlapping"], study["labels"]),
+                             "gaps": comparisons(runs, pairs, [block_size], ablate.equivalence_margin)}
+    return {"reference": reference, "by_budget": by_budget}
 
 
 FAMILY_NOTES = {
     "training length": "Every pair of cells at L = block_size, non-overlapping windows (the headline).",
+    "training length, each cell at its own learning rate": "The same pairs, each cell at the learning rate the "
+    "sweep picked for it on val (the common rate where that was its best).",
+    "own learning rate against the common one": "Each cell at its own learning rate minus the same cell at the "
+    "common one, at L = block_size.",
     "extrapolation against the sliding window": "Each cell's own final model: the whole window as context "
     "(non-overlapping) minus at most the sliding window. Negative: looking further back than it was trained "
     "to helps; positive: it hurts, and the sliding window is the better way to use that model on long text.",
@@ -120,29 +191,46 @@ FAMILY_NOTES = {
 }
 
 
-def header_lines(ablate: "AblateConfig", plan: list[dict], records: list[dict]) -> list[str]:
+def header_lines(ablate: "AblateConfig", plan: list[dict], records: list[dict], study: dict) -> list[str]:
     first, model_config = plan[0]["train_config"], plan[0]["model_config"]
     window, stride = sliding_geometry(ablate, model_config.block_size)
-    budget = f"{first.max_iters} steps" + (f" or {first.max_seconds:g} s of training" if first.max_seconds else "")
+    budget = f"{study['headline_budget']} steps" + (
+        f" or {first.max_seconds:g} s of training" if first.max_seconds else "")
+    budgets = sorted(ablate.budgets)
+    schedules = {(r["train_config"].decay_lr, r["train_config"].lr_schedule) for r in plan}
+    schedule = ("schedule per cell" if len(schedules) > 1 else f"{first.lr_schedule} schedule" + (
+        f" (decay over the last {first.wsd_decay_fraction:g} of each budget, {first.wsd_decay_shape})"
+        if first.lr_schedule == "wsd" else "") if first.decay_lr else "constant learning rate")
     train_minutes = sum(r["train_seconds"] for r in records) / 60
     eval_minutes = sum(r["eval"]["seconds"] for r in records) / 60
     seeds = sorted({r["seed"] for r in records})
+    counts, compute = records[0]["eval"], study["compute_seconds"]
     lines = [
-        f"# Study: {', '.join(dict.fromkeys(r['variant'] for r in plan))}", "",
-        f"Dataset `{first.dataset}` ({records[0]['eval']['tokens']:,} val tokens); n_layer {model_config.n_layer}, "
-        f"n_head {model_config.n_head}, n_embd {model_config.n_embd}, block_size {model_config.block_size}, batch "
-        f"{first.batch_size}, learning rate {first.learning_rate:g}; budget {budget} per run; seeds "
+        f"# Study: {', '.join(dict.fromkeys(study['labels'][r['variant']] for r in plan))}", "",
+        (f"Dataset `{first.dataset}`, scored on its **{study['split']}** split ({counts['tokens']:,} tokens, "
+         f"{counts['bytes']:,} bytes, {counts['chars']:,} characters)" if one_split(records) else
+         f"Datasets {', '.join(sorted({f'`{r.dataset}`' for r in (run['train_config'] for run in plan)}))}, each "
+         f"scored on its own **{study['split']}** split; the cells tokenize the text differently, so they are "
+         "compared in bits per byte (a t test on each seed's bits per byte)")
+        + f"; n_layer {model_config.n_layer}, n_head "
+        f"{model_config.n_head}, n_embd {model_config.n_embd}, block_size {model_config.block_size}, batch "
+        f"{first.batch_size}, learning rate {first.learning_rate:g}, {schedule}; the tables' budget {budget} per run"
+        + (f" (budgets {', '.join(map(str, budgets))})" if len(budgets) > 1 else "") + f"; seeds "
         f"{seeds[0]}..{seeds[-1]} for every cell (one seed gives every cell the same initialisation of the shared "
-        f"weights and the same batches). Compute: {train_minutes:.1f} min of training and {eval_minutes:.1f} min of "
-        f"evaluation in all, {torch.get_num_threads()} torch thread(s).", "",
+        f"weights and the same batches). Compute at this budget: {train_minutes:.1f} min of training and "
+        f"{eval_minutes:.1f} min of evaluation in all; the whole study (every budget"
+        + (", the learning-rate sweep" if study["lr_sweep"] else "") + f"): {compute['train'] / 60:.1f} + "
+        f"{compute['eval'] / 60:.1f} min; {torch.get_num_threads()} torch thread(s).", "",
         f"Each number is the mean over {len(seeds)} seed(s) ± the half-width of its {CONFIDENCE:.0%} t confidence "
-        f"interval. Every run's **final** model ({CHECKPOINT}) is scored on the **whole** val split at each length L"
+        f"interval. Every run's **final** model ({CHECKPOINT}) is scored on the **whole** {study['split']} split at "
+        "each length L"
         + (": *nonoverlapping*: consecutive windows of L tokens, every token scored once with the tokens before it "
            "in its window as context" if "nonoverlapping" in ablate.protocols else "")
         + (f"; *sliding*: the same windows, but no forward pass holds more than {window} tokens (pieces advance by "
            f"{stride}, so a token past position {window} has {window - stride}..{window - 1} tokens of context). "
-           "At L = block_size both are the same number, the headline val loss" if "sliding" in ablate.protocols
-           else "") + ".",
+           f"At L = block_size both are the same number, the headline {study['split']} loss"
+           if "sliding" in ablate.protocols else "") + ". Losses in nats per token; bits per byte and per "
+        "character divide the same total by the UTF-8 bytes and the characters the scored tokens stand for.",
     ]
     if any(entry is None for r in records for by_length in r["eval"]["protocols"].values()
            for entry in by_length.values()):
@@ -150,35 +238,123 @@ def header_lines(ablate: "AblateConfig", plan: list[dict], records: list[dict]) 
     return lines
 
 
-def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[dict]], records: list[dict],
-                  lengths: list[int], header: list[str], study: dict, plots: list[str]) -> None:
+def main_table(rows: list[dict], study: dict) -> list[str]:
     block_size = study["block_size"]
     keys = [k for k in rows[0]["loss"] if not (k.startswith("sliding") and int(k.split()[1]) <= study["window"])]
+    headline = f"nonoverlapping {block_size}"
     columns = ["cell", "parameters", "steps", "train s/run"] + [
-        f"{k.split()[0]} {length_label(int(k.split()[1]), block_size)}" for k in keys]
-    table = [[row["variant"], f"{row['parameters']:,}", f"{row['steps']:g}", f"{row['train_seconds'][0]:.0f}"]
-             + [fmt(row["loss"][k]) for k in keys] for row in rows]
-    lines = header + ["", *markdown_table(columns, table)]
+        f"{k.split()[0]} {length_label(int(k.split()[1]), block_size)}" for k in keys] + [
+        f"bits/byte {length_label(block_size, block_size)}", f"bits/char {length_label(block_size, block_size)}"]
+    table = [[row["label"], f"{row['parameters']:,}", f"{row['steps']:g}", f"{row['train_seconds'][0]:.0f}"]
+             + [fmt(row["loss"][k]) for k in keys]
+             + [fmt(row["bits_per_byte"].get(headline)), fmt(row["bits_per_char"].get(headline))] for row in rows]
+    return markdown_table(columns, table)
+
+
+def budget_table(budgets: dict, study: dict) -> list[str]:
+    """Each cell's loss at L = block_size at every budget, and its gap to the reference."""
+    labels, reference = study["labels"], budgets["reference"]
+    lines = ["", "## Budgets", "", f"Each cell at each budget, L = block_size, non-overlapping (nats/token; bits per "
+             f"byte after the slash); gap: the cell − {labels.get(reference, reference)}, paired by seed"
+             + (", with the TOST verdict" if study["ablate_config"]["equivalence_margin"] else "") + ".", ""]
+    columns = ["cell"] + [f"{b} steps ({entry['rows'][0]['tokens_seen']:,} tokens)"
+                          for b, entry in budgets["by_budget"].items()]
+    table = []
+    for cell in dict.fromkeys(row["variant"] for entry in budgets["by_budget"].values() for row in entry["rows"]):
+        cells = [labels.get(cell, cell)]
+        for entry in budgets["by_budget"].values():
+            row = next((r for r in entry["rows"] if r["variant"] == cell), None)
+            gap = next((g for g in entry["gaps"] if g["a"] == cell), None)
+            key = f"nonoverlapping {study['block_size']}"
+            text = "" if row is None else f"{fmt(row['loss'][key])} / {fmt(row['bits_per_byte'][key])}"
+            if gap is not None:
+                text += f"; gap {gap['mean']:+.4f} [{gap['low']:+.4f}, {gap['high']:+.4f}]" + (
+                    f" {gap['verdict']}" if "verdict" in gap else "")
+            cells.append(text)
+        table.append(cells)
+    return lines + markdown_table(columns, table) + ["", last_budgets_change(budgets, study)]
+
+
+def last_budgets_change(budgets: dict, study: dict) -> str:
+    """How much each cell's mean loss still moved between the two largest budgets: whether the ranking was read
+    where training had stopped improving."""
+    (low, before), (high, after) = list(budgets["by_budget"].items())[-2:]
+    key = f"nonoverlapping {study['block_size']}"
+    means = [{row["variant"]: row["loss"][key][0] for row in entry["rows"]} for entry in (before, after)]
+    changes = [f"{study['labels'].get(cell, cell)} {(means[1][cell] - means[0][cell]) / means[0][cell]:+.2%}"
+               for cell in means[1] if cell in means[0]]
+    return f"Change of the mean loss from {low} to {high} steps: {', '.join(changes)}."
+
+
+def learning_rate_table(sweep: dict, rows: list[dict], study: dict, common: float) -> list[str]:
+    """Each cell at the common learning rate and at its own (picked on val), with the sweep's val losses."""
+    by_cell = {row["variant"]: row for row in rows}
+    key = f"nonoverlapping {study['block_size']}"
+    rates = sorted({lr for by_rate in sweep["val"].values() for lr in by_rate})
+    split = study["split"]
+    columns = ["cell", f"{split} loss at lr {common:g}", "own lr (val pick)", f"{split} loss at own lr"]
+    columns += [f"val, lr {lr:g}" for lr in rates]
+    table = [[study["labels"].get(cell, cell), fmt(by_cell[cell]["loss"][key]), f"{sweep['picks'][cell]:g}",
+              fmt(by_cell[sweep["own"][cell]]["loss"][key])]
+             + [fmt(interval(sweep["val"][cell][lr])) for lr in rates] for cell in sweep["val"]]
+    return ["", "## Learning rate per cell", "", f"The sweep trained every cell at each rate for {sweep['budget']} "
+            "steps on its own seeds and scored it on **val**; each cell's own rate is its lowest mean val loss "
+            "(min_lr scales with it). The headline runs are scored on the test split.", "",
+            *markdown_table(columns, table)]
+
+
+def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[dict]], records: list[dict],
+                  header: list[str], study: dict, plots: list[str], budgets: dict) -> None:
+    block_size, labels = study["block_size"], study["labels"]
+    lines = header + ["", *main_table(rows, study)]
+    if len(budgets["by_budget"]) > 1:
+        lines += budget_table(budgets, study)
+    if study["lr_sweep"]:
+        lines += learning_rate_table(study["lr_sweep"], rows, study, records[0]["settings"]["train_config"][
+            "learning_rate"])
     for family, found in families.items():
         if found:
             lines += ["", f"## Paired differences: {family}", "", FAMILY_NOTES[family], "",
-                      *comparison_table(found, block_size)]
+                      *comparison_table(found, block_size, labels)]
     lines += ["", f"Paired: seed s of one cell against seed s of the other. p: two-sided paired t test. *CI excludes "
               f"0*: significant at {1 - CONFIDENCE:.0%} on its own; *after Holm*: still significant when the whole "
-              "table at that length is corrected for multiple comparisons (Holm 1979).", ""]
-    lines += [f"![{name}]({name}.png)" for name in plots]
+              "table at that length is corrected for multiple comparisons (Holm 1979)."]
+    margin = study["ablate_config"]["equivalence_margin"]
+    if margin:
+        lines += [f"TOST: two one-sided paired t tests of |a − b| ≥ {margin:g} nats/token, the margin fixed in the "
+                  "study's config before it ran, Holm-corrected like the t test. *equivalent*: TOST rejects (the "
+                  f"difference is within ±{margin:g}); *different*: the t test rejects after Holm; *inconclusive*: "
+                  "neither."]
+    lines += [""] + [f"![{name}]({name}.png)" for name in plots]
     write_atomic(study_dir / "results.md", "\n".join(lines) + "\n")
+    write_atomic(study_dir / "results.csv", results_csv(rows, budgets))
+    write_atomic(study_dir / "results.json", json.dumps(
+        {**study, "summary": rows, "comparisons": families, "budgets": budgets,
+         "runs": [run_summary(r) for r in records]}, indent=1))
 
+
+def run_summary(record: dict) -> dict:
+    """A run as results.json keeps it: its numbers and its val-estimate curve, not its per-position losses,
+    train-loss log or settings (those stay in the run's own done.json and eval.json)."""
+    kept = {k: v for k, v in record.items() if k not in ("settings", "train_losses", "eval")}
+    evaluation = record["eval"]
+    return {**kept, "eval": {**{k: v for k, v in evaluation.items() if k != "protocols"}, "loss": {
+        f"{protocol} {n}": None if entry is None else entry["loss"]
+        for protocol, by_length in evaluation["protocols"].items() for n, entry in by_length.items()}}}
+
+
+def results_csv(rows: list[dict], budgets: dict) -> str:
+    """One line per cell, budget, protocol and length: the headline budget's rows, then the other budgets'."""
     table_csv = io.StringIO()
     writer = csv.writer(table_csv)
-    writer.writerow(["cell", "protocol", "length", "mean", "ci_half_width", "seeds", "parameters", "steps"])
-    for row in rows:
+    writer.writerow(["cell", "protocol", "length", "mean", "ci_half_width", "seeds", "parameters", "steps", "label",
+                     "budget", "tokens_seen", "bits_per_byte", "bits_per_char"])
+    others = [row for b, entry in budgets["by_budget"].items() if b != rows[0]["budget"] for row in entry["rows"]]
+    for row in rows + others:
         for k, value in row["loss"].items():
             protocol, n = k.split()
+            bpb, bpc = row["bits_per_byte"][k], row["bits_per_char"][k]
             writer.writerow([row["variant"], protocol, n, *(("n/a", "n/a") if value is None else value),
-                             len(row["seeds"]), row["parameters"], row["steps"]])
-    write_atomic(study_dir / "results.csv", table_csv.getvalue())
-    runs = [{k: v for k, v in r.items() if k != "settings"} for r in records]
-    write_atomic(study_dir / "results.json", json.dumps(
-        {**study, "summary": rows, "comparisons": families, "runs": runs}, indent=1))
-
+                             len(row["seeds"]), row["parameters"], row["steps"], row["label"], row["budget"],
+                             row["tokens_seen"], "n/a" if bpb is None else bpb[0], "n/a" if bpc is None else bpc[0]])
+    return table_csv.getvalue()

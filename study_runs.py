@@ -1,39 +1,65 @@
 """A study's runs on disk: each (cell, seed) trains into <study_dir>/<cell>/seed<N>/ through train.train(),
-leaves done.json (the training record with every setting that changes the numbers) and eval.json (its
-evaluation), and is reused when the settings match."""
+leaves done.json (the training record with every setting that changes the numbers, and its checkpoint's
+identity) and eval.json (its evaluation, keyed by that checkpoint), and is reused when the settings match.
+
+Several processes can work on one study (--jobs, --run_index, or two commands started by hand): a run is
+claimed by a lock beside its folder (<cell>/seed<N>.lock, held until the process ends, however it ends), so
+two processes never train or evaluate one run, and a run whose lock is free without a done.json (its process
+crashed or was stopped) is trained again from scratch by the next process that claims it.
+"""
 
 import contextlib
+import hashlib
 import json
+import multiprocessing
+import os
 import shutil
+import signal
+import sys
+import tempfile
 import threading
 import time
 import typing
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from checkpoint import read_checkpoint
-from dataset import load_split, resolve_data_dir
+from dataset import load_split, resolve_data_dir, split_identity
 from devices import choose_device, choose_dtype
-from errors import UserError
-from files import write_atomic
-from study_eval import eval_lengths, evaluate_model, sliding_geometry
+from errors import OptionError, UserError
+from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
+from model import GPTConfig
+from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_counts
+from study_plan import STABLE, tokens_per_iter
 from study_report import CHECKPOINT
 from tokenizer import read_description
-from train import train
+from train import TrainConfig, train
 
 if typing.TYPE_CHECKING:
     from ablate import AblateConfig
 
 NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode")  # change no number
+# AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
+OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list_runs", "overwrite",
+               "eval_batch_size", "reference")
+STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite
+RESULT_FILES = ("results.md", "results.csv", "results.json")
+RUN_RECORDS = ("done.json", "eval.json")
 
 
 def settings(run: dict) -> dict:
-    """Everything that changes a run's numbers: both configs (less NEUTRAL fields) and the data's description."""
+    """Everything that changes a run's numbers: both configs (less NEUTRAL fields), the data's description (with
+    its split's identity: rule, fractions, token counts, SHA-256 of each .bin), and, for a run of a study's plan,
+    the split it is scored on and the run it continues (its folder, by name)."""
     description = read_description(resolve_data_dir(run["train_config"].dataset))
-    return {"train_config": {k: v for k, v in asdict(run["train_config"]).items() if k not in NEUTRAL},
-            "model_config": asdict(run["model_config"]), "data": description}
+    found = {"train_config": {k: v for k, v in asdict(run["train_config"]).items() if k not in NEUTRAL},
+             "model_config": asdict(run["model_config"]), "data": description}
+    if "split" in run:  # study_identity's base configs are no run
+        found["run"] = {"scored_on": run["split"], "starts_from": run["start_from"] and run["start_from"].name}
+    return found
 
 
 def changed_settings(stored: dict, current: dict) -> list[str]:
@@ -41,6 +67,175 @@ def changed_settings(stored: dict, current: dict) -> list[str]:
     missing = object()
     return sorted(name for section in current for name, value in current[section].items()
                   if stored.get(section, {}).get(name, missing) != value)
+
+
+def read_json(path: Path) -> tuple[dict | None, str]:
+    """(the JSON object in path, ""); (None, "") when there is no such file; (None, what is wrong) when it is
+    not one whole JSON object (cut short, empty, edited)."""
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None, ""
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return None, f"{type(e).__name__}: {e}"
+    return (value, "") if isinstance(value, dict) else (None, f"a JSON {type(value).__name__}, not an object")
+
+
+def file_identity(path: Path) -> dict:
+    """What identifies a checkpoint: its bytes' sha256 and its size."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+
+
+# ---------------------------------------------------------------------------------------------------- the study
+
+
+def study_identity(ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig) -> dict:
+    """The settings that change a study's numbers: the study's own (less OPERATIONAL), the base configs the
+    cells start from (less what the plan sets per run), and the data."""
+    from ablate import PER_RUN  # here, not at the top: ablate imports this module
+
+    base = settings({"train_config": train_config, "model_config": model_config})
+    base["train_config"] = {k: v for k, v in base["train_config"].items() if k not in PER_RUN}
+    return {"ablate_config": {k: v for k, v in asdict(ablate).items() if k not in OPERATIONAL}, **base}
+
+
+def claim_study(ablate: "AblateConfig", identity: dict, cells: list[str]) -> None:
+    """Make study_dir this study's: refuse a folder that holds another one unless --overwrite=True, which
+    removes that study's results and plots (its runs stay; those the new plan has with other settings train
+    again)."""
+    study_dir = Path(ablate.study_dir)
+    if study_dir.exists() and not study_dir.is_dir():
+        raise UserError(f"study_dir={ablate.study_dir!r} is a file, not a folder; choose another --study_dir")
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create study_dir={ablate.study_dir!r}: {e.strerror or e}; choose another "
+                        "--study_dir") from None
+    try:
+        tempfile.TemporaryFile(dir=study_dir).close()  # a read-only folder or file system: said before any work
+    except OSError as e:
+        raise UserError(f"cannot write in study_dir={ablate.study_dir!r}: {e.strerror or e}; make it writable or "
+                        "choose another --study_dir") from None
+    identity = {**identity, "ablate_config": {**identity["ablate_config"], "cells": cells}}
+    identity = json.loads(json.dumps(identity))  # as it reads back from study.json (tuples become lists)
+    with contextlib.ExitStack() as stack:  # two studies started at once: the second sees the first's study.json
+        hold_lock(study_dir / "study.lock", stack, wait=True)
+        stored, damage = read_json(study_dir / STUDY_FILE)
+        if stored != identity:
+            replace_study(study_dir, identity, stored, damage, ablate.overwrite)
+
+
+def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: str, overwrite: bool) -> None:
+    """Write study.json for identity over what a folder holds: nothing, or (with --overwrite=True) another
+    study, whose results and plots go, or a damaged study.json."""
+    if (stored is not None or damage) and not overwrite:
+        what = f"is damaged ({damage})" if damage else (
+            f"is another study: {', '.join(changed_settings(stored, identity))} differ; cells there: "
+            f"{', '.join(stored.get('ablate_config', {}).get('cells', []))}; now: "
+            f"{', '.join(identity['ablate_config']['cells'])}")
+        raise UserError(f"{study_dir / STUDY_FILE} {what}. Give --overwrite=True to replace its results (its runs "
+                        "are kept, and reused where their settings match), or choose another --study_dir")
+    if stored is not None or damage:
+        for old in [*(study_dir / name for name in RESULT_FILES), *study_dir.glob("*.png")]:
+            old.unlink(missing_ok=True)  # the old study's results and plots never stand beside the new ones
+    write_atomic(study_dir / STUDY_FILE, json.dumps(identity, indent=1))
+
+
+def check_modes(plan: list[dict], ablate: "AblateConfig") -> None:
+    """--run_index within the plan, --jobs within the runs and the CPUs: checked before anything trains."""
+    if ablate.run_index >= len(plan):
+        raise OptionError(f"run_index={ablate.run_index} is past the plan's last run, {len(plan) - 1} ({len(plan)} "
+                          "runs: see --list_runs=True); for a job array use --array=0-" + str(len(plan) - 1))
+    limit = min(len(plan), usable_cpus())
+    if ablate.jobs > limit:
+        raise OptionError(f"jobs={ablate.jobs} is more than {limit}: the study has {len(plan)} runs and this "
+                          f"machine {usable_cpus()} CPUs, each job needs one; give --jobs={limit} or fewer")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a scheduler's allocation, not the whole machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def list_runs(plan: list[dict]) -> str:
+    lines = [f"{i}\t{run['variant']}\tseed {run['seed']}\t{run['dir']}" for i, run in enumerate(plan)]
+    return "\n".join([*lines, f"{len(plan)} runs: --run_index=0..{len(plan) - 1} (sbatch --array=0-{len(plan) - 1})"])
+
+
+# ---------------------------------------------------------------------------------------------------- one run
+
+
+def claim(run: dict, stack: contextlib.ExitStack, wait: bool = False) -> str | None:
+    """Lock the run for this process until the stack closes (None), or the id of the process that holds it.
+    The lock sits beside the run's folder, so that redoing the run can empty the folder while holding it."""
+    try:
+        run["dir"].parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create {run['dir'].parent}: {e.strerror or e}; choose another --study_dir"
+                        ) from None
+    return hold_lock(run["dir"].with_name(run["dir"].name + ".lock"), stack, wait)
+
+
+def finished_record(run: dict, overwrite: bool) -> dict | None:
+    """The run's done.json when it holds this run, finished; None when the run is to be trained (none there, or
+    --overwrite=True over other settings). A damaged record or checkpoint is refused: retraining would delete it."""
+    done_file, checkpoint = run["dir"] / "done.json", run["dir"] / CHECKPOINT
+    record, damage = read_json(done_file)
+    if damage:
+        raise UserError(f"{done_file} is damaged ({damage}): the run's record is lost; delete {run['dir']} to "
+                        "train it again")
+    if record is None:
+        return None
+    changed = changed_settings(record.get("settings", {}), settings(run))
+    if changed and not overwrite:
+        raise UserError(f"{run['dir']} was trained with other settings or older code ({', '.join(changed)}); "
+                        "delete it, give --overwrite=True to train it again, or choose another --study_dir")
+    if changed:
+        return None
+    identity = file_identity(checkpoint) if checkpoint.is_file() else None
+    if identity is None or record.get("checkpoint", identity) != identity:  # older records lack it: trust those
+        raise UserError(f"{checkpoint} is missing or is not the checkpoint {done_file} recorded; delete "
+                        f"{run['dir']} to train the run again")
+    return record
+
+
+def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
+    """Train one run from scratch (the caller holds its lock): (its record, 0), or (None, the signal) when
+    Ctrl-C or SIGTERM stopped it."""
+    try:
+        if run["dir"].exists():
+            shutil.rmtree(run["dir"])  # an unfinished run starts again from scratch
+        run["dir"].mkdir(parents=True)
+    except OSError as e:
+        raise UserError(f"cannot empty {run['dir']} to train it again: {e.strerror or e}") from None
+    if run["start_from"] is not None:  # a branch: it resumes a copy of the finished run it continues
+        with atomic_files(run["dir"] / CHECKPOINT) as (temp,):
+            shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
+    stop = threading.Event()
+    watcher = threading.Thread(target=follow, args=(run["dir"] / "metrics.jsonl", bar, start, stop), daemon=True)
+    watcher.start()
+    try:
+        # train() prints its eval lines; they go to the run's train.log so that the terminal keeps one bar.
+        with (run["dir"] / "train.log").open("w") as log, contextlib.redirect_stdout(log):
+            result = train(run["train_config"], replace(run["model_config"]))
+    finally:
+        stop.set()
+        watcher.join()
+    if result["interrupted"]:
+        return None, result["interrupted"]
+    record = {"variant": run["variant"], "seed": run["seed"], "budget": run["budget"], "role": run["role"],
+              "tokens_per_iter": tokens_per_iter(run["train_config"], run["model_config"]),
+              "parameters": result["model"].get_num_params(),
+              "iter_num": result["iter_num"], "final_val_estimate": result["evals"][-1]["val_loss"],
+              "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
+              "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run),
+              "checkpoint": file_identity(run["dir"] / CHECKPOINT)}
+    write_atomic(run["dir"] / "done.json", json.dumps(record, indent=1))
+    return record, 0
 
 
 def latest_logged(metrics_file: Path) -> tuple[int, float | None]:
@@ -65,78 +260,225 @@ def follow(metrics_file: Path, bar: tqdm, start: int, stop: threading.Event) -> 
             bar.set_postfix_str(f"step {step}" + (f", loss {loss:.3f}" if loss is not None else ""))
 
 
-def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
-    """Train one run (or read back its done.json): (its record, 0), or (None, the signal) when Ctrl-C or SIGTERM
-    stopped it."""
-    done_file = run["dir"] / "done.json"
-    if done_file.exists():
-        record = json.loads(done_file.read_text())
-        changed = changed_settings(record["settings"], settings(run))
-        if changed:
-            raise UserError(f"{run['dir']} was trained with other settings or older code ({', '.join(changed)}); "
-                            "delete it or choose another --study_dir")
-        return record, 0
-    shutil.rmtree(run["dir"], ignore_errors=True)  # an unfinished run starts again from scratch
-    run["dir"].mkdir(parents=True)
-    stop = threading.Event()
-    watcher = threading.Thread(target=follow, args=(run["dir"] / "metrics.jsonl", bar, start, stop), daemon=True)
-    watcher.start()
-    try:
-        # train() prints its eval lines; they go to the run's train.log so that the terminal keeps one bar.
-        with (run["dir"] / "train.log").open("w") as log, contextlib.redirect_stdout(log):
-            result = train(run["train_config"], replace(run["model_config"]))
-    finally:
-        stop.set()
-        watcher.join()
-    if result["interrupted"]:
-        return None, result["interrupted"]
-    record = {"variant": run["variant"], "seed": run["seed"], "parameters": result["model"].get_num_params(),
-              "iter_num": result["iter_num"], "final_val_estimate": result["evals"][-1]["val_loss"],
-              "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
-              "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run)}
-    write_atomic(done_file, json.dumps(record, indent=1))
-    return record, 0
+def run_evaluation(run: dict, ablate: "AblateConfig") -> "AblateConfig":
+    """The study's evaluation settings as this run uses them (a sweep's run: its own lengths and protocols)."""
+    return replace(ablate, **run.get("evaluation", {}))
+
+
+def eval_key(run: dict, ablate: "AblateConfig") -> dict:
+    """What an evaluation depends on: the checkpoint it scored (its bytes), the split, the protocols."""
+    ablate = run_evaluation(run, ablate)
+    block_size = run["model_config"].block_size
+    window, stride = sliding_geometry(ablate, block_size)
+    description = read_description(resolve_data_dir(run["train_config"].dataset))
+    return {"checkpoint": CHECKPOINT, "checkpoint_identity": file_identity(run["dir"] / CHECKPOINT),
+            "split": run["split"], "split_identity": split_identity(description), "data": description,
+            "lengths": eval_lengths(block_size, ablate.eval_multipliers), "protocols": ablate.protocols,
+            "window": window, "stride": stride}
+
+
+def cached_eval(run: dict, key: dict) -> dict | None:
+    """eval.json when it holds the evaluation of this checkpoint under key; a damaged one is only a cache of the
+    checkpoint, so it is computed again (and said so)."""
+    cached, damage = read_json(run["dir"] / "eval.json")
+    if damage:
+        print(f"{run['dir'] / 'eval.json'} is damaged ({damage}); evaluating the checkpoint again", file=sys.stderr)
+    return cached if cached is not None and cached.get("key") == key else None
 
 
 def evaluate_run(run: dict, ablate: "AblateConfig") -> dict:
-    """The run's final model on the whole val split under each protocol and length; cached in eval.json."""
-    block_size = run["model_config"].block_size
-    lengths = eval_lengths(block_size, ablate.eval_multipliers)
-    window, stride = sliding_geometry(ablate, block_size)
-    key = {"checkpoint": CHECKPOINT, "lengths": lengths, "protocols": ablate.protocols, "window": window,
-           "stride": stride}
-    eval_file = run["dir"] / "eval.json"
-    if eval_file.exists():
-        cached = json.loads(eval_file.read_text())
-        if cached["key"] == key:
-            return cached
+    """The run's final model on its whole split (run["split"]: test, or val for a choice) under each protocol
+    and length, with the bytes and characters the scored tokens stand for; cached in eval.json."""
+    key = eval_key(run, ablate)
+    cached = cached_eval(run, key)
+    if cached is not None:
+        return cached
     device = choose_device(run["train_config"].device)
     dtype = choose_dtype(run["train_config"].dtype, device)
     model = read_checkpoint(run["dir"] / CHECKPOINT)[0].to(device)
-    val = load_split(resolve_data_dir(run["train_config"].dataset), "val", max(lengths))
+    data = load_split(resolve_data_dir(run["train_config"].dataset), run["split"], max(key["lengths"]))
     started = time.perf_counter()
-    protocols = evaluate_model(model, val, lengths, ablate, device, dtype)
-    result = {"key": key, "tokens": len(val) - 1, "seconds": time.perf_counter() - started, "protocols": protocols}
-    write_atomic(eval_file, json.dumps(result))
+    protocols = evaluate_model(model, data, key["lengths"], run_evaluation(run, ablate), device, dtype)
+    result = {"key": key, "split": run["split"], **target_counts(data, key["data"]),
+              "seconds": time.perf_counter() - started, "protocols": protocols}
+    write_atomic(run["dir"] / "eval.json", json.dumps(result))
     return result
 
 
-def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> tuple[list[dict], int]:
-    """Every run's record with its evaluation, in plan order, and 0; or ([], the signal) when one stopped it."""
-    records = []
-    bar = tqdm(total=len(plan) * max_iters, unit="step", dynamic_ncols=True, disable=not show)
-    for i, run in enumerate(plan):
-        start = i * max_iters
-        bar.set_description(f"run {i + 1}/{len(plan)}: {run['variant']}, seed {run['seed']}")
+def finish_run(run: dict, ablate: "AblateConfig", bar: tqdm, start: int) -> tuple[dict | None, int]:
+    """The run's record with its evaluation, training it first unless finished (the caller holds its lock);
+    (None, the signal) when one stopped it."""
+    if run["dir"].is_dir():
+        remove_stale_temps(run["dir"], RUN_RECORDS)  # left by a kill -9 during a write
+    record = finished_record(run, ablate.overwrite)
+    if record is None:
         record, stopped_by = train_run(run, bar, start)
         if record is None:
-            bar.close()
-            print(f"interrupted: {run['dir']} is unfinished and will start again on the next run of ablate.py")
-            return [], stopped_by
-        bar.n = start + max_iters  # a time budget can end a run early
+            return None, stopped_by
+        bar.write(f"trained {run['dir']}: {record['iter_num']} steps, final val estimate "
+                  f"{record['final_val_estimate']:.4f}")
+    if run["role"] != STABLE:  # a constant-rate segment is a means to its branches, not a result
         bar.set_postfix_str("evaluating")
         record["eval"] = evaluate_run(run, ablate)
-        records.append(record)
-    bar.close()
-    return records, 0
+    return record, 0
 
+
+# ---------------------------------------------------------------------------------------------------- many runs
+
+
+def take_free_runs(plan: list[dict], ablate: "AblateConfig", records: dict[int, dict], wait: bool, bar: tqdm,
+                   max_iters: int) -> int:
+    """Finish every run of plan not yet in records that no other process holds (wait: and then those, once
+    their holder lets go), adding them to records; 0, or the signal that stopped a training."""
+    for i, run in enumerate(plan):
+        if i in records or (not wait and unfinished_start(run)):
+            continue
+        with contextlib.ExitStack() as stack:
+            holder = claim(run, stack)
+            if holder is not None and not wait:
+                continue
+            label = f"run {i + 1}/{len(plan)}: {run['variant']}, seed {run['seed']}"
+            if holder is not None:
+                bar.set_description(f"{label}: waiting for process {holder}")
+                claim(run, stack, wait=True)
+            bar.set_description(label)
+            record, stopped_by = finish_run(run, ablate, bar, i * max_iters)
+            if record is None:
+                print(f"interrupted: {run['dir']} is unfinished and will start again on the next run of ablate.py")
+                return stopped_by
+            records[i] = record
+            bar.n = (i + 1) * max_iters  # a time budget can end a run early
+    return 0
+
+
+def unfinished_start(run: dict) -> bool:
+    """A branch whose constant-rate run is not finished (another process holds it): it waits for the second pass,
+    which meets that run first (the plan puts it earlier) and waits for it."""
+    return run["start_from"] is not None and not (run["start_from"] / "done.json").is_file()
+
+
+def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> tuple[list[dict], int]:
+    """Every run's record with its evaluation, in plan order, and 0; or ([], the signal) when one stopped it.
+    Runs that another process holds are skipped at first and waited for at the end."""
+    records: dict[int, dict] = {}
+    with tqdm(total=len(plan) * max_iters, unit="step", dynamic_ncols=True, disable=not show) as bar:
+        for wait in (False, True):
+            stopped_by = take_free_runs(plan, ablate, records, wait, bar, max_iters)
+            if stopped_by:
+                return [], stopped_by
+    return [records[i] for i in range(len(plan))], 0
+
+
+def stop_by_exception(signum: int, frame) -> None:
+    raise KeyboardInterrupt  # out of an evaluation or a wait; train() handles the signals itself while it runs
+
+
+def job(plan: list[dict], ablate: "AblateConfig", threads: int) -> None:
+    """One of --jobs processes: finishes every run that no other process holds, on its share of the threads."""
+    torch.set_num_threads(threads)
+    signal.signal(signal.SIGTERM, stop_by_exception)
+    try:
+        stopped_by = take_free_runs(plan, ablate, {}, False, tqdm(disable=True), 0)
+    except KeyboardInterrupt:
+        stopped_by = signal.SIGTERM
+    except UserError:
+        sys.exit(2)  # the study's own pass after the jobs meets the same mistake and says it once
+    sys.exit(128 + stopped_by if stopped_by else 0)
+
+
+def run_jobs(plan: list[dict], ablate: "AblateConfig") -> None:
+    """Train and evaluate the plan in --jobs processes at once; a signal to this process stops them all. What
+    a failed job left is for the caller's train_and_evaluate, which reads back the rest."""
+    threads = ablate.threads or max(1, usable_cpus() // ablate.jobs)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked torch thread pools
+    workers = [context.Process(target=job, args=(plan, ablate, threads)) for _ in range(ablate.jobs)]
+    for worker in workers:
+        worker.start()
+    try:
+        for worker in workers:
+            worker.join()
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                os.kill(worker.pid, signal.SIGTERM)
+        for worker in workers:
+            worker.join()
+
+
+def with_starts(plan: list[dict], index: int) -> list[dict]:
+    """Run index of the plan and the runs it continues (a wsd branch's constant-rate segments), earliest first."""
+    by_dir = {run["dir"]: run for run in plan}
+    runs = [plan[index]]
+    while runs[0]["start_from"] is not None:
+        runs.insert(0, by_dir[runs[0]["start_from"]])
+    return runs
+
+
+def train_one(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> int:
+    """--run_index=K: train and evaluate run K alone (a job array's task), after the runs it continues (trained
+    here unless finished; waited for while another task trains them); 0, or the signal that stopped it."""
+    *starts, run = with_starts(plan, ablate.run_index)
+    with contextlib.ExitStack() as stack:
+        holder = claim(run, stack)
+        if holder is not None:
+            raise UserError(f"run {ablate.run_index} ({run['dir']}) is being trained by process {holder}; each "
+                            "--run_index may run once at a time")
+        bar = stack.enter_context(tqdm(total=max_iters, unit="step", dynamic_ncols=True, disable=not show))
+        for start in starts:
+            with contextlib.ExitStack() as start_stack:
+                claim(start, start_stack, wait=True)
+                record, stopped_by = finish_run(start, ablate, bar, 0)
+            if record is None:
+                break
+        else:
+            record, stopped_by = finish_run(run, ablate, bar, 0)
+    if record is None:
+        print("interrupted: the run is unfinished and will start again on the next run of ablate.py")
+    return stopped_by
+
+
+def finished_records(plan: list[dict], ablate: "AblateConfig") -> list[dict]:
+    """--report_only: every run's record and evaluation as they are on disk; a UserError naming the runs that
+    are unfinished, unevaluated or in progress."""
+    records, missing = [], []
+    for i, run in enumerate(plan):
+        with contextlib.ExitStack() as stack:
+            record = None
+            if run["dir"].is_dir() and claim(run, stack) is None:
+                record = finished_record(run, overwrite=False)
+            if record is not None and run["role"] == STABLE:  # never evaluated
+                records.append(record)
+                continue
+            evaluation = None if record is None else cached_eval(run, eval_key(run, ablate))
+            if evaluation is None:
+                missing.append(i)
+            else:
+                records.append({**record, "eval": evaluation})
+    if missing:
+        shown = ", ".join(f"{i} ({plan[i]['dir']})" for i in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise UserError(f"{len(missing)} of {len(plan)} runs are unfinished, unevaluated or running: {shown}; "
+                        "train them (--run_index=K for each, or without --report_only), then report")
+    return records
+
+
+def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig,
+                  cells: list[str]) -> tuple[list | None, int]:
+    """Claim the study folder (the study of these cells), then the runs' records as the study's mode asks:
+    (records, 0) to report; (None, 0) after --list_runs or --run_index, which report nothing; ([], the signal)
+    when one stopped the study. A study with a learning-rate sweep calls this once per stage."""
+    check_modes(plan, ablate)
+    if ablate.list_runs:
+        print(list_runs(plan))
+        return None, 0
+    claim_study(ablate, study_identity(ablate, train_config, model_config), cells)
+    for run in [plan[ablate.run_index]] if ablate.run_index >= 0 else plan:
+        finished_record(run, ablate.overwrite)  # a damaged or mismatched record stops the study before any training
+    max_iters, show = max(run["budget"] for run in plan), train_config.progress
+    if ablate.report_only:
+        return finished_records(plan, ablate), 0
+    if ablate.run_index >= 0:
+        stopped_by = train_one(plan, ablate, max_iters, show)
+        return ([], stopped_by) if stopped_by else (None, 0)
+    if ablate.jobs > 1:
+        run_jobs(plan, ablate)
+    return train_and_evaluate(plan, ablate, max_iters, show)

@@ -55,7 +55,8 @@ from parallel import (
     wrap_for_training,
 )
 from run_dir import MetricsLog, StopRequest, claim_out_dir, start_wandb
-from tokenizer import read_description
+from schedule import check_schedule, get_lr
+from tokenizer import from_description, read_description, token_byte_counts
 
 # ---- the config ---------------------------------------------------------------------------------------------------
 
@@ -84,7 +85,10 @@ class TrainConfig:
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.95  # AdamW beta2
     grad_clip: float = 1.0  # clip the gradient norm to this; 0: no clipping
-    decay_lr: bool = True  # linear warmup then cosine decay; False: constant learning_rate
+    decay_lr: bool = True  # linear warmup then lr_schedule's decay; False: constant learning_rate
+    lr_schedule: str = "cosine"  # cosine (to min_lr at lr_decay_iters) | wsd (warmup, stable, decay): schedule.py
+    wsd_decay_fraction: float = 0.2  # wsd: the decay to min_lr takes the last round(fraction * max_iters) steps
+    wsd_decay_shape: str = "1-sqrt"  # wsd: the decay's shape, linear | 1-sqrt (schedule.py)
     warmup_iters: int = 100  # steps of linear warmup
     lr_decay_iters: int = 5000  # step where the cosine reaches min_lr (at or before warmup_iters: no cosine)
     min_lr: float = 6e-5  # final learning rate (usually learning_rate / 10)
@@ -118,22 +122,11 @@ class TrainConfig:
         if not self.out_dir.strip():
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
         check_init_from(self.init_from, ("scratch", "resume"))
+        check_schedule(self)
 
 
 class Diverged(UserError, FloatingPointError):
     """The loss or the weights went NaN or inf: a learning rate too high, usually. Nothing bad was saved."""
-
-
-def get_lr(it: int, config: TrainConfig) -> float:
-    """Linear warmup to learning_rate, cosine decay to min_lr at lr_decay_iters, then min_lr."""
-    if not config.decay_lr:
-        return config.learning_rate
-    if it < config.warmup_iters:
-        return config.learning_rate * (it + 1) / (config.warmup_iters + 1)
-    if it >= config.lr_decay_iters:  # also where lr_decay_iters <= warmup_iters: nanoGPT's schedule has no cosine
-        return config.min_lr
-    progress = (it - config.warmup_iters) / (config.lr_decay_iters - config.warmup_iters)
-    return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.learning_rate - config.min_lr)
 
 
 # ---- building a run -----------------------------------------------------------------------------------------------
@@ -237,6 +230,7 @@ class Run:
     scaler: torch.amp.GradScaler
     batch_generator: torch.Generator
     log: MetricsLog
+    estimate_bytes: dict[str, int]  # UTF-8 bytes of the estimate's targets per split (the same batches every time)
     iter_num: int = 0
     best_val_loss: float = math.inf
     batches: BatchPrefetcher | None = None  # each step's training batches (step_batches), set up last
@@ -293,7 +287,8 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     wrapped = wrap_for_training(compiled, config.parallel, world_size, device)
     run = Run(config, model.config, data_description, splits, device, dtype, rank, world_size, model, compiled,
               wrapped, optimizer, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
-              torch.Generator().manual_seed(config.seed), MetricsLog(None, True))
+              torch.Generator().manual_seed(config.seed), MetricsLog(None, True),
+              estimate_bytes(splits, config, model.config.block_size, data_description))
     if resumed is not None and config.init_from == "resume":
         run.iter_num, run.best_val_loss = restore(resumed, model, optimizer, run.batch_generator, device,
                                                   run.out_dir / "ckpt.pt")
@@ -364,6 +359,28 @@ def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, blo
     return losses
 
 
+def estimate_bytes(splits: dict, config: TrainConfig, block_size: int, data_description: dict) -> dict[str, int]:
+    """The UTF-8 bytes that the targets of estimate_loss's batches stand for, per split: the denominator of its
+    bits per byte (loss * tokens / bytes / ln 2). Its batches are the same every call, so this is counted once."""
+    byte_counts = torch.from_numpy(token_byte_counts(from_description(data_description)))
+    counts = {}
+    for split, data in splits.items():
+        generator = torch.Generator().manual_seed(config.seed)
+        batches = [sample_offsets(len(data), block_size, config.batch_size, generator)
+                   for _ in range(config.eval_iters)]
+        cpu = torch.device("cpu")
+        counts[split] = sum(int(byte_counts[get_batch(data, offsets, block_size, cpu, len(byte_counts))[1]].sum())
+                            for offsets in batches)
+    return counts
+
+
+def bits_per_byte(run: Run, losses: dict[str, float]) -> dict[str, float]:
+    """The estimate's mean loss per token (nats) as bits per UTF-8 byte of the text its targets stand for."""
+    tokens = run.config.eval_iters * run.config.batch_size * run.block_size
+    return {split: loss * tokens / run.estimate_bytes[split] / math.log(2) if run.estimate_bytes[split] else math.nan
+            for split, loss in losses.items()}
+
+
 def save_latest(run: Run, state: dict | None = None) -> None:
     """Write ckpt.pt from state (default: run_checkpoint(run)), unless its weights have diverged."""
     state = run_checkpoint(run) if state is None else state
@@ -383,10 +400,14 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm) -> dict:
     if not math.isfinite(losses["val"]):
         raise Diverged(f"val loss is {losses['val']} at iteration {run.iter_num}; stopping. The last good "
                        f"checkpoint is {run.out_dir / 'ckpt.pt'}; try a lower learning_rate or grad_clip")
-    record = {"iter": run.iter_num, "train_loss": losses["train"], "val_loss": losses["val"]}
-    run.log.write({"iter": run.iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"]})
+    bpb = bits_per_byte(run, losses)
+    record = {"iter": run.iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
+              "val_bits_per_byte": bpb["val"]}
+    run.log.write({"iter": run.iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"],
+                   "eval_train_bits_per_byte": bpb["train"], "val_bits_per_byte": bpb["val"]})
     if run.master:
-        bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} "
+                  f"({bpb['val']:.4f} bits/byte)")
     if run.config.eval_only:
         return record
     improved = losses["val"] < run.best_val_loss

@@ -242,7 +242,7 @@ def test_initial_model_is_what_train_starts_from(study, tmp_path):
 
 def test_nonoverlapping_loss_is_the_models_own_loss(study):
     """Consecutive windows through the model's built-in mean cross-entropy, weighted by their token counts."""
-    val = load_split(study.root / "data", "val", 4 * BLOCK)
+    val = load_split(study.root / "data", "test", 4 * BLOCK)  # the split the study reports
     tokens = torch.from_numpy(val.astype(np.int64))
     for cell in ("sinusoidal", "none"):
         model = model_from_checkpoint(load_checkpoint(study.dir / cell / "seed1338" / "ckpt.pt")).eval()
@@ -260,7 +260,7 @@ def test_nonoverlapping_loss_is_the_models_own_loss(study):
 def test_sliding_window_loss_recomputed_token_by_token(study):
     """Stride 1: a token past the first block_size positions of its window is predicted from exactly the
     block_size - 1 tokens before it; before that, from the start of its window."""
-    val = load_split(study.root / "data", "val", 4 * BLOCK)
+    val = load_split(study.root / "data", "test", 4 * BLOCK)  # the split the study reports
     tokens = torch.from_numpy(val.astype(np.int64))
     n = 4 * BLOCK
     for cell in ("learned", "sinusoidal"):

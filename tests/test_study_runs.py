@@ -1,0 +1,374 @@
+"""Tests of study_runs.py: more than one process on one study folder (two commands, --jobs, --run_index then
+--report_only) gives the numbers of one process with every run trained once; the evaluation cache is keyed by
+the checkpoint; study.json refuses another study; the study folder's faults are one line with the files kept.
+
+One tiny study (2 cells x 2 seeds, 4 steps) trained in this process is the reference every other way of
+running it is compared to.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from test_ablate import corpus
+from test_faults import assert_one_line_error, cli, digests
+
+import ablate
+import files
+import study_runs
+from ablate import AblateConfig, run_plan, run_study
+from dataset import prepare
+from model import GPTConfig
+from train import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY = dict(variants="learned,none", seeds=2, eval_multipliers=1, protocols="nonoverlapping", eval_batch_size=8,
+             threads=1)
+TRAIN = dict(max_iters=4, eval_interval=2, eval_iters=2, log_interval=1, batch_size=4, warmup_iters=1,
+             lr_decay_iters=4, device="cpu", compile=False, progress=False)
+MODEL = dict(n_layer=1, n_head=2, n_embd=16, block_size=16)
+RUNS = [f"{cell}/seed{seed}" for seed in (1337, 1338) for cell in ("learned", "none")]  # the plan's order
+
+
+def flags(study_dir: Path, data: Path, **overrides) -> list[str]:
+    return [f"--{k}={v}" for k, v in {**STUDY, **TRAIN, **MODEL, "study_dir": study_dir, "dataset": data,
+                                      **overrides}.items()]
+
+
+def configs(study_dir: Path, data: Path) -> tuple[AblateConfig, TrainConfig, GPTConfig]:
+    return ablate.parse_options([str(a) for a in flags(study_dir, data)], (AblateConfig, TrainConfig, GPTConfig),
+                                "", "", skip=ablate.PER_RUN)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The data and a study trained by one process, the usual way: root/data, root/study."""
+    root = tmp_path_factory.mktemp("study_runs")
+    prepare(corpus(), root / "data", "char")
+    run_study(*configs(root / "study", root / "data"))
+    return root
+
+
+def numbers(study_dir: Path) -> dict:
+    """Every number a study measured, less timings: each run's record and evaluation, and the summary."""
+    runs = {}
+    for name in RUNS:
+        done = json.loads((study_dir / name / "done.json").read_text())
+        evaluation = json.loads((study_dir / name / "eval.json").read_text())
+        runs[name] = {k: done[k] for k in ("variant", "seed", "iter_num", "evals", "train_losses", "parameters")}
+        runs[name]["eval"] = evaluation["protocols"]
+    summary = json.loads((study_dir / "results.json").read_text())["summary"]
+    return {"runs": runs, "summary": [{k: row[k] for k in ("variant", "seeds", "loss")} for row in summary]}
+
+
+def kept(folder: Path) -> dict[str, str]:
+    """digests without the lock files, which every process that claims a run writes its id into."""
+    return {name: digest for name, digest in digests(folder).items() if not name.endswith(".lock")}
+
+
+def trained_runs(output: str, study_dir: Path) -> list[str]:
+    """The runs a process says it trained (not reused), as RUNS names."""
+    return sorted(Path(m).relative_to(study_dir).as_posix() for m in re.findall(r"^trained (\S+):", output, re.M))
+
+
+def start(argv: list[str], env: dict, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "ablate.py", *map(str, argv)], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+
+
+def assert_each_run_logged_once(study_dir: Path) -> None:
+    """One training per run folder: its metrics.jsonl holds each step once (two trainings would interleave)."""
+    for name in RUNS:
+        lines = [json.loads(line) for line in (study_dir / name / "metrics.jsonl").read_text().splitlines()]
+        assert [r["iter"] for r in lines if "train_loss" in r] == [1, 2, 3, 4], name
+        assert [r["iter"] for r in lines if "val_loss" in r] == [0, 2, 4], name
+
+
+# ---------------------------------------------------------------------------------------------------- processes
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_study_train_each_run_once(reference, tmp_path, script_env):
+    """The first run is held (as by a third process) while both start: they share the others, both wait for
+    it, one trains it once it is free and the other reuses it."""
+    study_dir = tmp_path / "study"
+    first = study_dir / RUNS[0]
+    with ExitStack() as stack:
+        first.parent.mkdir(parents=True)
+        assert files.hold_lock(first.with_name(first.name + ".lock"), stack) is None
+        processes = [start(flags(study_dir, reference / "data"), script_env) for _ in range(2)]
+        deadline = time.monotonic() + 120
+        while not all((study_dir / name / "eval.json").exists() for name in RUNS[1:]):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in processes)
+            time.sleep(0.2)
+        assert not first.exists()  # nobody trained the held run
+    outputs = [p.communicate(timeout=120) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    trained = sorted(name for out, _ in outputs for name in trained_runs(out, study_dir))
+    assert trained == sorted(RUNS)  # every run by one process, once
+    assert_each_run_logged_once(study_dir)
+    assert numbers(study_dir) == numbers(reference / "study")
+
+
+@pytest.mark.slow
+def test_two_different_studies_started_at_once_on_one_folder(reference, tmp_path, script_env):
+    """The case that once mixed a 3000-step record with a 30-step evaluation: one study takes the folder, the
+    other is refused with one line before it trains anything."""
+    study_dir = tmp_path / "study"
+    budgets = {4: flags(study_dir, reference / "data"), 6: flags(study_dir, reference / "data", max_iters=6,
+                                                                 lr_decay_iters=6)}
+    processes = {steps: start(argv, script_env) for steps, argv in budgets.items()}
+    outputs = {steps: p.communicate(timeout=300) for steps, p in processes.items()}
+    codes = {steps: p.returncode for steps, p in processes.items()}
+    assert sorted(codes.values()) == [0, 2], outputs
+    winner, loser = (4, 6) if codes[4] == 0 else (6, 4)
+    assert_one_line_error(2, *outputs[loser], "study.json is another study", "max_iters", "--overwrite=True")
+    assert trained_runs(outputs[winner][0], study_dir) == sorted(RUNS) and not trained_runs(outputs[loser][0],
+                                                                                              study_dir)
+    for name in RUNS:
+        done = json.loads((study_dir / name / "done.json").read_text())
+        evaluation = json.loads((study_dir / name / "eval.json").read_text())
+        assert done["iter_num"] == winner and done["checkpoint"] == evaluation["key"]["checkpoint_identity"]
+    if winner == 4:
+        assert numbers(study_dir) == numbers(reference / "study")
+
+
+def test_study_json_is_read_and_written_under_the_study_lock(reference, tmp_path):
+    """Two studies started at the same instant: the second reads study.json only after the first wrote it."""
+    ablate_config, train_config, model_config = configs(tmp_path / "study", reference / "data")
+    identity = study_runs.study_identity(ablate_config, train_config, model_config)
+    refused = []
+
+    def claim() -> None:
+        try:
+            study_runs.claim_study(ablate_config, identity, ["learned", "none"])
+        except study_runs.UserError as e:
+            refused.append(str(e))
+
+    with ExitStack() as stack:
+        (tmp_path / "study").mkdir()
+        files.hold_lock(tmp_path / "study" / "study.lock", stack)  # as the first study does while it checks
+        second = threading.Thread(target=claim)
+        second.start()
+        second.join(timeout=1)
+        assert second.is_alive() and not (tmp_path / "study" / "study.json").exists()  # waiting for the lock
+        other = json.loads((reference / "study" / "study.json").read_text())
+        other["ablate_config"]["seeds"] = 3
+        (tmp_path / "study" / "study.json").write_text(json.dumps(other))  # what the first study writes
+    second.join(timeout=30)
+    assert len(refused) == 1 and "is another study: seeds differ" in refused[0]
+
+
+@pytest.mark.slow
+def test_jobs_give_the_numbers_of_one_process(reference, tmp_path, script_env):
+    study_dir = tmp_path / "study"
+    process = start(flags(study_dir, reference / "data", jobs=2, threads=0), script_env)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, (out, err)
+    assert trained_runs(out, study_dir) == sorted(RUNS)
+    assert_each_run_logged_once(study_dir)
+    assert numbers(study_dir) == numbers(reference / "study")
+
+
+def test_run_index_over_the_plan_then_report_only(reference, tmp_path, capsys):
+    study_dir = tmp_path / "study"
+    code, out, err = cli(ablate.main, flags(study_dir, reference / "data", list_runs=True), capsys)
+    assert code == 0 and out.strip().splitlines()[-1].startswith("4 runs: --run_index=0..3"), (out, err)
+    assert not study_dir.exists()  # listing writes nothing
+    for index in range(len(RUNS)):
+        if index == 2:  # half the plan: the report names what is missing and writes nothing
+            before = kept(study_dir)
+            result = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
+            assert_one_line_error(*result, "2 of 4 runs are unfinished", str(study_dir / RUNS[2]), "--run_index")
+            assert kept(study_dir) == before
+        code, out, err = cli(ablate.main, flags(study_dir, reference / "data", run_index=index), capsys)
+        assert code == 0 and trained_runs(out, study_dir) == [RUNS[index]], (out, err)
+        assert not (study_dir / "results.md").exists()
+    code, out, err = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
+    assert code == 0 and "trained" not in out, (out, err)
+    assert numbers(study_dir) == numbers(reference / "study")
+
+
+@pytest.mark.parametrize("flag, fragments", [
+    (dict(run_index=4), ["run_index=4", "last run, 3", "4 runs"]),
+    (dict(jobs=5), ["jobs=5", "4 runs", "CPUs", "--jobs="]),
+    (dict(jobs=2, run_index=1), ["choose one of --jobs, --run_index and --report_only"]),
+])
+def test_modes_out_of_bounds_are_one_line(reference, tmp_path, capsys, flag, fragments):
+    result = cli(ablate.main, flags(tmp_path / "study", reference / "data", **flag), capsys)
+    assert_one_line_error(*result, *fragments)
+    assert not (tmp_path / "study").exists()  # refused before anything is written
+
+
+def test_a_held_run_is_never_deleted_nor_trained_twice(reference, tmp_path, capsys):
+    shutil.copytree(reference / "study", tmp_path / "study")
+    study_dir = tmp_path / "study"
+    (study_dir / RUNS[1] / "done.json").unlink()  # unfinished, and held by a live process: not to be touched
+    before = kept(study_dir)
+    with ExitStack() as stack:
+        held = study_dir / RUNS[1]
+        files.hold_lock(held.with_name(held.name + ".lock"), stack)
+        result = cli(ablate.main, flags(study_dir, reference / "data", run_index=1), capsys)
+        assert_one_line_error(*result, "run 1", "is being trained by process", str(os.getpid()))
+        assert kept(study_dir) == before
+    # Its process gone (the lock free), the unfinished run is trained again from scratch by the next start.
+    code, out, err = cli(ablate.main, flags(study_dir, reference / "data"), capsys)
+    assert code == 0 and trained_runs(out, study_dir) == [RUNS[1]], (out, err)
+    assert_each_run_logged_once(study_dir)
+    assert numbers(study_dir) == numbers(reference / "study")
+
+
+# ---------------------------------------------------------------------------------------------------- caches
+
+
+def test_the_eval_cache_refuses_an_evaluation_of_another_checkpoint(reference, tmp_path):
+    shutil.copytree(reference / "study", tmp_path / "study")
+    ablate_config, train_config, model_config = configs(tmp_path / "study", reference / "data")
+    plan = {f"{r['dir'].parent.name}/{r['dir'].name}": r for r in run_plan(ablate_config, train_config, model_config)}
+    learned, other = plan[RUNS[0]], plan[RUNS[2]]  # learned, seeds 1337 and 1338
+    shutil.copy(other["dir"] / "ckpt.pt", learned["dir"] / "ckpt.pt")  # eval.json is still seed 1337's
+    evaluated = study_runs.evaluate_run(learned, ablate_config)
+    own = json.loads((reference / "study" / RUNS[0] / "eval.json").read_text())
+    of_other = json.loads((reference / "study" / RUNS[2] / "eval.json").read_text())
+    assert evaluated["protocols"] == of_other["protocols"] != own["protocols"]  # computed again, for this file
+    assert evaluated["key"]["checkpoint_identity"] == study_runs.file_identity(other["dir"] / "ckpt.pt")
+    # The run's own record names its checkpoint too: reusing the run is refused, nothing rewritten.
+    with pytest.raises(study_runs.UserError, match=r"ckpt.pt is missing or is not the checkpoint .*done.json"):
+        study_runs.finished_record(learned, overwrite=False)
+    # And a split of other data (another description) is another key.
+    changed = dict(json.loads((reference / "data" / "tokenizer.json").read_text()), val_tokens=1)
+    assert study_runs.eval_key(learned, ablate_config)["data"] != changed
+
+
+def test_another_study_in_the_folder_is_refused_without_overwrite(reference, tmp_path, capsys):
+    study_dir = tmp_path / "study"
+    shutil.copytree(reference / "study", study_dir)
+    before = kept(study_dir)
+    result = cli(ablate.main, flags(study_dir, reference / "data", variants="none", seeds=1), capsys)
+    assert_one_line_error(*result, "study.json is another study", "seeds", "variants", "cells there: learned, none",
+                          "now: none", "--overwrite=True")
+    assert kept(study_dir) == before
+    (study_dir / "old_plot.png").write_bytes(b"\x89PNG old")  # a plot only the old study had
+    code, out, err = cli(ablate.main, flags(study_dir, reference / "data", variants="none", seeds=1, overwrite=True),
+                         capsys)
+    assert code == 0 and "trained" not in out, err  # none/seed1337 is the same run: reused
+    assert json.loads((study_dir / "results.json").read_text())["summary"][0]["variant"] == "none"
+    plots = {p.name for p in study_dir.glob("*.png")}
+    assert plots and plots == set(re.findall(r"\]\((\w+\.png)\)", (study_dir / "results.md").read_text()))
+    assert all(kept(study_dir)[name] == digest for name, digest in before.items() if name.startswith("none/seed1337"))
+
+
+# ---------------------------------------------------------------------------------------------------- faults
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "a list"])
+def test_a_damaged_done_json_is_one_line_and_kept(reference, tmp_path, capsys, how):
+    study_dir = tmp_path / "study"
+    shutil.copytree(reference / "study", study_dir)
+    done = study_dir / RUNS[3] / "done.json"
+    done.write_bytes({"empty": b"", "truncated": done.read_bytes()[:100], "a list": b"[1, 2]"}[how])
+    before = kept(study_dir)
+    result = cli(ablate.main, flags(study_dir, reference / "data"), capsys)
+    assert_one_line_error(*result, str(done), "is damaged", f"delete {study_dir / RUNS[3]} to train it again")
+    assert kept(study_dir) == before
+
+
+def test_a_damaged_eval_json_is_evaluated_again(reference, tmp_path, capsys):
+    study_dir = tmp_path / "study"
+    shutil.copytree(reference / "study", study_dir)
+    evaluation = study_dir / RUNS[3] / "eval.json"
+    evaluation.write_bytes(evaluation.read_bytes()[:50])
+    code, out, err = cli(ablate.main, flags(study_dir, reference / "data"), capsys)
+    assert code == 0 and "trained" not in out, err
+    [line] = err.strip().splitlines()  # one note, then the study as before
+    assert line.startswith(f"{evaluation} is damaged (JSONDecodeError") and "evaluating the checkpoint again" in line
+    assert numbers(study_dir) == numbers(reference / "study")
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_a_study_folder_that_cannot_be_a_folder_is_one_line(reference, tmp_path, capsys, where):
+    (tmp_path / "taken").write_text("a user's file")
+    study_dir = tmp_path / "taken" if where == "a file" else tmp_path / "taken" / "study"
+    result = cli(ablate.main, flags(study_dir, reference / "data"), capsys)
+    assert_one_line_error(*result, str(study_dir) if where == "a file" else "cannot create", "--study_dir")
+    assert (tmp_path / "taken").read_text() == "a user's file"
+
+
+@pytest.mark.slow
+def test_a_read_only_study_folder_is_one_line(reference, tmp_path, script_env):
+    """As root (who writes anywhere), the process runs without the capability to override permissions."""
+    shutil.copytree(reference / "study", tmp_path / "study")
+    (tmp_path / "study" / RUNS[3] / "eval.json").unlink()  # to be written again: refused
+    folders = [tmp_path / "study", *(p for p in (tmp_path / "study").rglob("*") if p.is_dir())]
+    for folder in folders:
+        folder.chmod(0o555)
+    before = kept(tmp_path / "study")
+    unprivileged = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
+    if unprivileged and not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: permissions do not apply")
+    try:
+        process = subprocess.run([*unprivileged, sys.executable, "ablate.py",
+                                  *map(str, flags(tmp_path / "study", reference / "data"))],
+                                 cwd=REPO, env=script_env, capture_output=True, text=True, timeout=120)
+    finally:
+        for folder in folders:
+            folder.chmod(0o755)
+    assert_one_line_error(process.returncode, process.stdout, process.stderr, "cannot write", str(tmp_path / "study"))
+    assert kept(tmp_path / "study") == before
+
+
+def process_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent id) of a process from /proc; None once it is gone."""
+    try:
+        state, parent = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return state, int(parent)
+
+
+def children_of(pid: int) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and (process_state(int(p.name)) or
+                                                                                  ("", 0))[1] == pid]
+
+
+def running(pid: int) -> bool:
+    """Not ended: an ended child whose parent is gone can stay a zombie (Z) until init collects it."""
+    state = process_state(pid)
+    return state is not None and state[0] != "Z"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_job_within_seconds_and_keeps_finished_runs(reference, tmp_path, script_env):
+    study_dir = tmp_path / "study"
+    shutil.copytree(reference / "study", study_dir)
+    before = kept(study_dir)
+    long_cell = "rope max_iters=1000000 lr_decay_iters=1000000"
+    process = start(flags(study_dir, reference / "data", variants=f"learned,none,{long_cell}", jobs=2, threads=1,
+                          overwrite=True), script_env)
+    metrics = study_dir / "rope_max_iters=1000000_lr_decay_iters=1000000" / "seed1337" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.stat().st_size > 0):
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.2)
+    jobs = children_of(process.pid)
+    assert jobs
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 143 and time.monotonic() - signalled < 20, (out, err)
+    assert "Traceback" not in out + err
+    while [pid for pid in jobs if running(pid)] and time.monotonic() < signalled + 20:
+        time.sleep(0.1)  # multiprocessing's helper ends when it sees its parent gone
+    assert not [pid for pid in jobs if running(pid)]  # the jobs ended too
+    after = kept(study_dir)
+    assert all(after[name] == digest for name, digest in before.items() if name.startswith(("learned/", "none/")))
+    assert not (metrics.parent / "done.json").exists()
