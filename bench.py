@@ -1,4 +1,5 @@
-"""Speed, measured in one run so that the figures compare (timings across runs and days do not).
+"""Speed, measured side by side in one process so that its ratios compare, and repeated in separate processes
+(--repeats) so that every figure comes as the spread over them: median (min-max), as Markdown tables for the README.
 
     python bench.py config/train_shakespeare_char_cpu.py --compile=True     # training: each change vs the plain loop
     python bench.py config/train_shakespeare_char.py --what=sample --device=cpu   # decoding vs matmul floor
@@ -15,17 +16,22 @@ sample.py, float32 on a CPU); on a CPU in float32, the compiled runs again under
 import contextlib
 import importlib.util
 import io
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest import mock
 
 import torch
 from torch.nn import functional as F
 
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
-from devices import autocast_context, choose_device, choose_dtype
+from devices import autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
 from errors import main_guard
 from generate import compiled_decode_step
 from model import GPT, GPTConfig, has_fused_adamw
@@ -50,16 +56,18 @@ class BenchConfig:
     sample_vocab_size: int = 65  # vocabulary of the random decoding model
     clock: str = "wall"  # wall | cpu: this process's CPU time, steadier on a shared machine (with OMP_NUM_THREADS=1)
     nanogpt_dir: str = ""  # a checkout of karpathy/nanoGPT: its model and optimizer timed in the same rounds
+    repeats: int = 3  # separate processes, each the whole benchmark; every figure is their median (min-max)
+    figures_file: str = ""  # set by --repeats for each of its processes: write the figures there as JSON
 
     def __post_init__(self) -> None:
         if self.what not in ("train", "sample"):
             raise ValueError(f"what={self.what!r} must be train or sample")
         if self.clock not in ("wall", "cpu"):
             raise ValueError(f"clock={self.clock!r} must be wall or cpu")
-        if min(self.bench_steps, self.rounds, self.max_new_tokens, self.crop_tokens, self.sample_batch) < 1 \
-                or self.warmup_steps < 0:
-            raise ValueError("bench_steps, rounds, max_new_tokens, crop_tokens and sample_batch must be >= 1, "
-                             "warmup_steps >= 0")
+        if min(self.bench_steps, self.rounds, self.max_new_tokens, self.crop_tokens, self.sample_batch,
+               self.repeats) < 1 or self.warmup_steps < 0:
+            raise ValueError("bench_steps, rounds, max_new_tokens, crop_tokens, sample_batch and repeats must be "
+                             ">= 1, warmup_steps >= 0")
 
 
 def synchronize(device: torch.device) -> None:
@@ -139,11 +147,11 @@ class BareLoop:
         if variant.nanogpt:  # its loss views the targets, which must then be contiguous
             self.x, self.y = self.x.contiguous(), self.y.contiguous()
 
-    def step(self, clock) -> tuple[float, float, float]:
-        """Seconds by clock of one iteration and of its optimizer step alone, and the iteration's wall seconds."""
+    def step(self, clock) -> tuple[float, float]:
+        """Seconds by clock of one iteration and of its optimizer step alone."""
         config, device = self.config, self.device
         synchronize(device)
-        started, wall_started = clock(), time.perf_counter()
+        started = clock()
         for _ in range(config.gradient_accumulation_steps):
             with autocast_context(device, self.variant.dtype):
                 loss = self.compiled(self.x, self.y)[1] / config.gradient_accumulation_steps
@@ -156,12 +164,13 @@ class BareLoop:
         self.optimizer.zero_grad(set_to_none=True)
         synchronize(device)
         ended = clock()
-        return ended - started, ended - optimizer_started, time.perf_counter() - wall_started
+        return ended - started, ended - optimizer_started
 
 
 def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.device) -> list[Variant]:
     """The plain loop, then one change added at a time, then nanoGPT's if asked for. The configured setting of
-    train.py is the first variant named in `configured_variant`."""
+    train.py is the first variant named in `configured_variant`. On a CPU, compiled in the other of float32 and
+    bfloat16 too: what --dtype=auto's probe chose between."""
     dtype = choose_dtype(config.dtype, device)
     has_fused = has_fused_adamw(device.type)
     variants = [Variant("plain: eager, foreach AdamW", False, False, dtype)]
@@ -170,6 +179,8 @@ def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.dev
     variants.append(Variant("+ compile", True, has_fused, dtype))
     if device.type == "cpu" and dtype == torch.float32:
         variants.append(Variant("+ bfloat16 autocast", True, has_fused, torch.bfloat16))
+    elif device.type == "cpu" and dtype == torch.bfloat16:
+        variants.append(Variant("+ compile, float32 instead", True, has_fused, torch.float32))
     if bench.nanogpt_dir:
         variants += [Variant("nanoGPT: eager", False, False, dtype, nanogpt=True),
                      Variant("nanoGPT: compile", True, False, dtype, nanogpt=True)]
@@ -184,11 +195,15 @@ def configured_variant(variants: list[Variant], config: TrainConfig, device: tor
                                                                                              dtype))
 
 
-def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> None:
+def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> tuple[str, list[dict]]:
+    """(what was measured, in one line; the figures) of the training benchmark, in one process."""
     device = choose_device(config.device)
     description = read_description(resolve_data_dir(config.dataset))
     model_config = replace(model_config, vocab_size=model_vocab_size(description))
     tokens_per_step = config.batch_size * config.gradient_accumulation_steps * model_config.block_size
+    dtype, dtype_reason = choose_training_dtype(config.dtype, device, model_matmul_shapes(
+        config.batch_size * model_config.block_size, model_config.n_embd, model_config.vocab_size))
+    config = replace(config, dtype=dtype_name(dtype))  # train.py's rounds in the same dtype, not probed again
     clock = bench_clock(bench, device)
     variants = training_variants(bench, config, device)
     configured = configured_variant(variants, config, device)
@@ -200,41 +215,50 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
                          eval_iters=1, out_dir=f"{config.out_dir}-bench", progress=False, overwrite=True)
     rates = {v.name: [] for v in variants}
     optimizer_ms = {v.name: [] for v in variants}
-    wall_rates, train_rates = [], []
+    configured_rates, train_rates = [], []
     for _ in range(bench.rounds):
         for loop in loops:
             times = [loop.step(clock) for _ in range(bench.bench_steps)]
             rates[loop.variant.name].append(tokens_per_step / statistics.median(t[0] for t in times))
             optimizer_ms[loop.variant.name].append(1e3 * statistics.median(t[1] for t in times))
             if loop.variant is configured:
-                wall_rates.append(tokens_per_step / statistics.median(t[2] for t in times))
-        with contextlib.redirect_stdout(io.StringIO()):
+                configured_rates.append(tokens_per_step / statistics.median(t[0] for t in times))
+        # train.py times its steps by time.perf_counter; for this call the bench's clock stands in for it (the
+        # time module's own attribute: for the call, every perf_counter in the process is the bench's clock),
+        # so that with --clock=cpu both sides are timed alike and another job's load does not enter the overhead.
+        with contextlib.redirect_stdout(io.StringIO()), mock.patch.object(time, "perf_counter", clock):
             timed = train(run_config, replace(model_config))["step_seconds"][bench.warmup_steps:]
         train_rates.append(tokens_per_step / statistics.median(timed))
     flops_per_token = loops[0].model.flops_per_token(model_config.block_size)
     peaks = {dtype: peak_flops(device, dtype, clock) for dtype in {v.dtype for v in variants}}
-    print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
-          f"{tokens_per_step:,} tokens/step; peak " + ", ".join(
-              f"{dtype_name(d)} {p / 1e9:,.1f} GFLOP/s ({source})" for d, (p, source) in peaks.items()))
+    table = f"bare loop, {tokens_per_step:,} tokens/step"
+    figures = [figure("matmul peak", f"{dtype_name(d)} ({source})", "GFLOP/s", p / 1e9, "GFLOP/s")
+               for d, (p, source) in peaks.items()]
     plain = statistics.median(rates[variants[0].name])
-    print(f"{'bare loop':30} {'tokens/s':>10} {'vs plain':>9} {'MFU':>7} {'optimizer':>10}  rounds")
     for variant in variants:
         rate = statistics.median(rates[variant.name])
-        mfu = rate * flops_per_token / peaks[variant.dtype][0]
-        print(f"{variant.name:30} {rate:10,.0f} {rate / plain:8.2f}x {mfu:7.1%}"
-              f" {statistics.median(optimizer_ms[variant.name]):7.2f} ms  "
-              f"{', '.join(f'{r:,.0f}' for r in rates[variant.name])}")
+        figures += [figure(table, variant.name, "tokens/s", rate, "tokens/s"),
+                    figure(table, variant.name, "vs plain", rate / plain, "x"),
+                    figure(table, variant.name, "MFU", rate * flops_per_token / peaks[variant.dtype][0], "%"),
+                    figure(table, variant.name, "optimizer step", statistics.median(optimizer_ms[variant.name]),
+                           "ms")]
     if bench.nanogpt_dir:
         theirs = tokens_per_step / statistics.median(rates["nanoGPT: compile"])
         for variant in variants:
             if variant.compile and not variant.nanogpt:
                 ours = tokens_per_step / statistics.median(rates[variant.name])
-                print(f"per step, ours ({variant.name.removeprefix('+ ')}) {1e3 * ours:.2f} ms against nanoGPT's "
-                      f"compiled {1e3 * theirs:.2f} ms: {ours / theirs - 1:+.1%} time")
-    wall, train_rate = statistics.median(wall_rates), statistics.median(train_rates)
-    print(f"wall clock: bare loop as configured ({configured.name}) {wall:,.0f} tokens/s, train.py "
-          f"{train_rate:,.0f} tokens/s: train.py overhead {1 - train_rate / wall:+.1%}  "
-          f"rounds {', '.join(f'{r:,.0f}' for r in train_rates)}")
+                row = f"ours ({variant.name.removeprefix('+ ')}) against nanoGPT compiled"
+                figures += [figure("per step", row, "ours", 1e3 * ours, "ms"),
+                            figure("per step", row, "nanoGPT's", 1e3 * theirs, "ms"),
+                            figure("per step", row, "time", ours / theirs - 1, "%")]
+    row = f"train.py against its bare loop ({configured.name}), clock {bench.clock}"
+    bare, train_rate = statistics.median(configured_rates), statistics.median(train_rates)
+    figures += [figure("train.py", row, "bare loop tokens/s", bare, "tokens/s"),
+                figure("train.py", row, "train.py tokens/s", train_rate, "tokens/s"),
+                figure("train.py", row, "overhead", 1 - train_rate / bare, "%")]
+    return (f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
+            f"{bench.rounds} alternating rounds of {bench.bench_steps} steps (medians); dtype {dtype_name(dtype)} "
+            f"({dtype_reason})"), figures
 
 
 def bench_clock(bench: BenchConfig, device: torch.device):
@@ -288,7 +312,8 @@ def decode_step_rate(model: GPT, step, clock, repeats: int = 50) -> float:
     return repeats / (clock() - started)
 
 
-def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> None:
+def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> tuple[str, list[dict]]:
+    """(what was measured, in one line; the figures) of the decoding benchmark, in one process."""
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     torch.manual_seed(config.seed)
@@ -326,32 +351,105 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
             rates[name].append(decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, run_dtype, **kwargs))
     floor = {d: statistics.median(values) for d, values in floors.items()}
     crop = statistics.median(rates["crop loop (no cache, slide=1)"])
-    print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
-          f"{model.get_num_params():,} parameters, block_size {block_size}; prompt of {block_size} tokens, "
-          f"{bench.max_new_tokens} new ({bench.crop_tokens} for the crop loop), temperature 0.8, top_k 200")
-    for floor_dtype, rate in floor.items():
-        print(f"{'matmul floor, ' + dtype_name(floor_dtype) + ', batch 1':37} {rate:9,.0f} tokens/s")
+    table = "decoding, batch 1 unless named"
+    figures = [figure(table, f"matmul floor, {dtype_name(d)}", "tokens/s", rate, "tokens/s")
+               for d, rate in floor.items()]
     for name in ("decode step alone, eager", "decode step alone, compiled"):
         rate = statistics.median(rates[name])
-        print(f"{name:37} {rate:9,.0f} tokens/s {rate / floor[dtype]:6.1%} of floor")
+        figures += [figure(table, name, "tokens/s", rate, "tokens/s"),
+                    figure(table, name, "of the floor", rate / floor[dtype], "%")]
     for name, (rows, _, run_dtype, _) in runs.items():
         rate = statistics.median(rates[name]) * rows
-        of_floor = f"{rate / floor[run_dtype]:6.1%} of floor" if rows == 1 else " " * 15
-        print(f"{name:37} {rate:9,.0f} tokens/s {of_floor} {rate / crop:7.1f}x the crop loop  "
-              f"rounds {', '.join(f'{r * rows:,.0f}' for r in rates[name])}")
+        label = name.replace(", batch 1", "").replace(f"batch {rows}", f"batch {rows} (all rows)")
+        figures.append(figure(table, label, "tokens/s", rate, "tokens/s"))
+        if rows == 1:
+            figures.append(figure(table, label, "of the floor", rate / floor[run_dtype], "%"))
+        figures.append(figure(table, label, "vs the crop loop", rate / crop, "x"))
+    return (f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
+            f"{model.get_num_params():,} parameters, block_size {block_size}; prompt of {block_size} tokens, "
+            f"{bench.max_new_tokens} new ({bench.crop_tokens} for the crop loop), temperature 0.8, top_k 200; "
+            f"{bench.rounds} alternating rounds (medians); floors in the run's dtype"), figures
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def figure(table: str, row: str, column: str, value: float, unit: str) -> dict:
+    """One measured figure: a cell of a table, in a unit of FORMATS."""
+    return {"table": table, "row": row, "column": column, "value": value, "unit": unit}
+
+
+FORMATS = {"tokens/s": "{:,.0f}", "x": "{:.2f}x", "%": "{:.1%}", "ms": "{:.2f} ms", "GFLOP/s": "{:,.1f}"}
+
+
+def spread_cell(values: list[float], unit: str) -> str:
+    """median (min-max) of one figure over the processes; one value is marked as measured once."""
+    text = FORMATS[unit].format
+    if len(values) == 1:
+        return f"{text(values[0])} (once)"
+    return f"{text(statistics.median(values))} ({text(min(values))}–{text(max(values))})"
+
+
+def spread_tables(processes: list[list[dict]]) -> str:
+    """Markdown tables of every figure over the processes that measured it, rows and columns in first-seen order."""
+    values: dict[tuple[str, str, str], list[float]] = {}
+    units, layout = {}, {}
+    for figures in processes:
+        for f in figures:
+            key = (f["table"], f["row"], f["column"])
+            values.setdefault(key, []).append(f["value"])
+            units[key] = f["unit"]
+            rows, columns = layout.setdefault(f["table"], ({}, {}))
+            rows[f["row"]], columns[f["column"]] = None, None
+    lines = []
+    for table, (rows, columns) in layout.items():
+        lines += [f"| {table} | " + " | ".join(columns) + " |", "| --- |" + " ---: |" * len(columns)]
+        for row in rows:
+            cells = [spread_cell(values[(table, row, c)], units[(table, row, c)]) if (table, row, c) in values
+                     else "" for c in columns]
+            lines.append(f"| {row} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def load_averages() -> str:
+    return "/".join(f"{load:.2f}" for load in os.getloadavg())
+
+
+def measure_once(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> dict:
+    """This process's benchmark: what was measured, the load averages (1, 5, 15 min) before and after, figures."""
+    load_before = load_averages()
+    header, figures = (bench_train if bench.what == "train" else bench_sample)(bench, config, model_config)
+    return {"header": header, "load": f"{load_before} -> {load_averages()}", "figures": figures}
+
+
+def measure_in_processes(argv: list[str], repeats: int) -> list[dict]:
+    """measure_once in `repeats` separate processes, one after the other (each its own compilation, allocator,
+    and place in the machine's load): what one process measures is not all a figure varies by."""
+    results = []
+    with tempfile.TemporaryDirectory() as directory:
+        for repeat in range(repeats):
+            path = Path(directory) / f"{repeat}.json"
+            print(f"process {repeat + 1} of {repeats} ...", flush=True)
+            subprocess.run([sys.executable, __file__, *argv, "--repeats=1", f"--figures_file={path}"], check=True)
+            results.append(json.loads(path.read_text()))
+    return results
+
+
 def main(argv: list[str]) -> None:
     bench, config, model_config = parse_options(argv, (BenchConfig, TrainConfig, GPTConfig), prog="bench.py",
                                                 description=__doc__, skip=("vocab_size",))
-    if bench.what == "train":
-        bench_train(bench, config, model_config)
-    else:
-        bench_sample(bench, config, model_config)
+    if bench.figures_file:
+        Path(bench.figures_file).write_text(json.dumps(measure_once(bench, config, model_config)))
+        return
+    results = ([measure_once(bench, config, model_config)] if bench.repeats == 1
+               else measure_in_processes(argv, bench.repeats))
+    headers = dict.fromkeys(r["header"] for r in results)  # processes whose dtype probes disagreed differ here
+    print("\n".join(headers))
+    print(f"{len(results)} process(es), each cell the median (min–max) over them; load "
+          f"averages (1/5/15 min) before -> after each: {'; '.join(r['load'] for r in results)}\n")
+    print(spread_tables([r["figures"] for r in results]))
 
 
 if __name__ == "__main__":

@@ -129,9 +129,15 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
     from torch._inductor import config as inductor_config  # imported with the compiler, not with the model
 
     def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        # freezing is read when a graph compiles, on the first call: a config patch, not a global setting
-        with inductor_config.patch(freezing=True):
-            return step(token, position, PlainCache(cache.keys, cache.values, cache.max_length))
+        plain = PlainCache(cache.keys, cache.values, cache.max_length)
+        # freezing is read when a graph compiles, on the first call: set for the call, not a global setting. Set
+        # and restored by hand: inductor_config.patch took 50 us a call (measured), this takes 10.
+        frozen = inductor_config.freezing
+        inductor_config.freezing = True
+        try:
+            return step(token, position, plain)
+        finally:
+            inductor_config.freezing = frozen
 
     return frozen_step
 
@@ -164,10 +170,10 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
     """Set to -inf every logit outside the top_k, and outside the smallest set whose probability reaches top_p."""
-    if top_k is not None:
-        if top_k < 1:
-            raise ValueError(f"top_k={top_k} must be >= 1")
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[..., -1:]
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k={top_k} must be >= 1")
+    if top_k is not None and top_k < logits.size(-1):  # top_k >= the vocabulary keeps every logit: no topk to run
+        kth = torch.topk(logits, top_k).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None:
         if not 0.0 < top_p <= 1.0:

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from batches import Batch, BatchPrefetcher
 from checkpoint import (
     SEED_LIMIT,
     all_finite,
@@ -38,7 +39,7 @@ from checkpoint import (
     save_checkpoint,
 )
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
-from devices import DTYPES, autocast_context, choose_device, choose_dtype
+from devices import DTYPES, autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
 from errors import UserError, main_guard
 from memory import parameter_counts, saved_activation_bytes, training_state_bytes
 from model import GPT, GPTConfig
@@ -96,11 +97,12 @@ class TrainConfig:
     backend: str = "auto"  # DDP backend: auto (nccl on cuda, gloo otherwise) | nccl | gloo
     parallel: str = "ddp"  # under torchrun: ddp (each process holds the whole model) | fsdp (each holds 1/N of it)
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
-    dtype: str = "auto"  # auto (bfloat16 on a GPU that has it, else float16; float32 elsewhere) | float32 | ...
+    dtype: str = "auto"  # auto (GPU: bfloat16, else float16; CPU: bfloat16 if a start-up probe finds it faster) | ...
     compile: bool = True  # torch.compile the model: a slow first step, faster ones after
     activation_checkpointing: bool = False  # recompute each Block in the backward pass: less memory, ~1/3 more compute
     seed: int = 1337  # seeds the initialisation, dropout and the order of batches
     progress: bool = True  # show a tqdm progress bar
+    prefetch: bool = True  # build the next step's batches in a worker thread while this step computes
 
     def __post_init__(self) -> None:
         for name in ("eval_interval", "eval_iters", "log_interval", "gradient_accumulation_steps", "batch_size"):
@@ -239,6 +241,24 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
     return model, None
 
 
+def training_dtype(config: TrainConfig, model_config: GPTConfig, world_size: int, device: torch.device,
+                   resumed: dict | None = None) -> tuple[torch.dtype, str]:
+    """The dtype to train in and why (devices.choose_training_dtype: auto on a CPU probes bfloat16 against
+    float32 on this model's products). Processes whose probes disagree all take float32. A resumed run keeps the
+    dtype its checkpoint trained in (checkpoints record the dtype chosen, not "auto"): a probe that lands on the
+    other side of its margin must not switch dtype in the middle of a run."""
+    recorded = (resumed or {}).get("config", {}).get("dtype")
+    if config.dtype == "auto" and config.init_from == "resume" and recorded in DTYPES and recorded != "auto":
+        return choose_dtype(recorded, device), f"auto: {recorded}, the dtype the resumed run trained in"
+    shapes = model_matmul_shapes(config.batch_size * model_config.block_size, model_config.n_embd,
+                                 model_config.vocab_size)
+    dtype, reason = choose_training_dtype(config.dtype, device, shapes)
+    any_float32 = max_over_processes([float(dtype == torch.float32)], world_size, device)[0]  # every rank calls
+    if dtype == torch.bfloat16 and any_float32:
+        return torch.float32, "auto: another process's probe found float32 faster"
+    return dtype, reason
+
+
 @dataclass
 class Run:
     """What a training holds between steps. model is the plain module (sharded in place under FSDP; its full
@@ -265,6 +285,7 @@ class Run:
     has_checkpoint: bool = False  # out_dir/ckpt.pt is this run's: resumed from, or saved since it started
     # UTF-8 bytes of the estimate's targets per split (the same batches every time): counted at the first one
     estimate_bytes: dict[str, int] | None = None
+    batches: BatchPrefetcher | None = None  # each step's training batches (step_batches), set up last
 
     @property
     def master(self) -> bool:
@@ -304,6 +325,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
+    dtype, dtype_reason = training_dtype(config, model.config, world_size, device, resumed)
     model.activation_checkpointing = config.activation_checkpointing
     check_batch_fits(config, model.config, device)
     splits = {split: load_split(data_dir, split, model.config.block_size) for split in ("train", "val")}
@@ -328,12 +350,29 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         run.has_checkpoint = True
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         continue_training(run, resumed, init_checkpoint(config.init_from))
+    run.batches = batch_prefetcher(run)
     if run.master:
         run.log = open_metrics_log(run)
         print(f"{model.get_num_params():,} parameters, pos_encoding={model.config.pos_encoding}, device={device}, "
-              f"dtype={str(dtype).removeprefix('torch.')}, {world_size} process(es), "
+              f"dtype={str(dtype).removeprefix('torch.')} ({dtype_reason}), {world_size} process(es), "
               f"{run.tokens_per_iter:,} tokens/iter")
     return run
+
+
+def batch_prefetcher(run: Run) -> BatchPrefetcher:
+    """This process's micro-batches of each step, drawn from the run's batch generator (batches.py)."""
+    config, train_data = run.config, run.splits["train"]
+    local_steps = config.gradient_accumulation_steps // run.world_size
+
+    def draw(generator: torch.Generator) -> torch.Tensor:  # every process draws all micro-batches, takes its own
+        return sample_offsets(len(train_data), run.block_size, run.tokens_per_iter // run.block_size,
+                              generator).view(config.gradient_accumulation_steps, config.batch_size)
+
+    def build(offsets: torch.Tensor) -> list[Batch]:
+        return [get_batch(train_data, offsets[run.rank * local_steps + micro_step], run.block_size, run.device,
+                          run.data_description["vocab_size"]) for micro_step in range(local_steps)]
+
+    return BatchPrefetcher(run.batch_generator, draw, build, config.prefetch)
 
 
 def open_metrics_log(run: Run) -> MetricsLog:
@@ -353,7 +392,8 @@ def open_metrics_log(run: Run) -> MetricsLog:
 def run_checkpoint(run: Run, rng: dict | None = None) -> dict:
     """checkpoint.checkpoint_dict of the run as it stands (with the random state rng, default the current one);
     under FSDP every rank must call it."""
-    return checkpoint_dict(run.model, run.optimizer, model_config=run.model_config, config=run.config,
+    config = replace(run.config, dtype=str(run.dtype).removeprefix("torch."))  # the dtype chosen, not "auto"
+    return checkpoint_dict(run.model, run.optimizer, model_config=run.model_config, config=config,
                            tokenizer=run.data_description, iter_num=run.iter_num, best_val_loss=run.best_val_loss,
                            rng=random_state(run.batch_generator, run.device) if rng is None else rng)
 
@@ -453,16 +493,13 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm, stop: StopRequest | None 
 
 def train_step(run: Run, lr: float) -> torch.Tensor:
     """One optimizer step over this process's share of the micro-batches; returns their mean loss (on device)."""
-    config, train_data = run.config, run.splits["train"]
+    config = run.config
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    local_steps = config.gradient_accumulation_steps // run.world_size
-    offsets = sample_offsets(len(train_data), run.block_size, run.tokens_per_iter // run.block_size,
-                             run.batch_generator).view(config.gradient_accumulation_steps, config.batch_size)
+    batches = run.batches.step_batches()
+    local_steps = len(batches)
     total = torch.zeros((), device=run.device)
-    for micro_step in range(local_steps):
-        x, y = get_batch(train_data, offsets[run.rank * local_steps + micro_step], run.block_size, run.device,
-                         run.data_description["vocab_size"])
+    for micro_step, (x, y) in enumerate(batches):
         sync = run.world_size == 1 or micro_step == local_steps - 1
         with gradient_sync(run.wrapped, sync), autocast_context(run.device, run.dtype):
             loss = run.wrapped(x, y)[1] / local_steps
@@ -510,6 +547,7 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
         try:
             return train_loop(run)
         finally:
+            run.batches.close()
             run.log.finish()
 
 

@@ -1,0 +1,68 @@
+"""batches.py: building the next step's batches ahead changes nothing: the same batches, the same generator
+state (what a checkpoint saves), and so the same losses bit for bit, against drawing each step's batches in turn."""
+
+import threading
+
+import numpy as np
+import torch
+from test_train import configs
+
+from batches import BatchPrefetcher
+from dataset import get_batch, sample_offsets
+from train import train
+
+BLOCK, ROWS, STEPS = 8, 3, 6
+DATA = np.arange(1000, dtype=np.uint16) % 97
+CPU = torch.device("cpu")
+
+
+def draw(generator):
+    return sample_offsets(len(DATA), BLOCK, 2 * ROWS, generator).view(2, ROWS)  # two micro-batches per step
+
+
+def build(offsets):
+    return [get_batch(DATA, row, BLOCK, CPU) for row in offsets]
+
+
+def drawn_in_turn(seed: int, steps: int) -> list:
+    """What train_step did before prefetching: draw each step's offsets, then build its batches."""
+    generator = torch.Generator().manual_seed(seed)
+    return [(build(draw(generator)), generator.get_state()) for _ in range(steps)]
+
+
+def test_prefetched_batches_and_generator_state_equal_drawing_in_turn():
+    generator = torch.Generator().manual_seed(5)
+    prefetcher = BatchPrefetcher(generator, draw, build)
+    try:
+        got = [(prefetcher.step_batches(), generator.get_state()) for _ in range(STEPS)]
+    finally:
+        prefetcher.close()
+    expected = drawn_in_turn(5, STEPS)
+    for (batches, state), (expected_batches, expected_state) in zip(got, expected, strict=True):
+        assert torch.equal(state, expected_state)  # the generator has drawn this step's batches, not the next
+        for (x, y), (ex, ey) in zip(batches, expected_batches, strict=True):
+            assert torch.equal(x, ex) and torch.equal(y, ey)
+    assert prefetcher.ahead is None and not any(t.name.startswith("batches") for t in threading.enumerate())
+
+
+def test_a_generator_set_between_steps_rebuilds_the_batches():
+    """A resume sets the generator's state: the batches built ahead from the old state are not used."""
+    generator = torch.Generator().manual_seed(5)
+    prefetcher = BatchPrefetcher(generator, draw, build)
+    try:
+        prefetcher.step_batches()
+        generator.set_state(torch.Generator().manual_seed(9).get_state())
+        batches = prefetcher.step_batches()
+    finally:
+        prefetcher.close()
+    for (x, _), (ex, _) in zip(batches, drawn_in_turn(9, 1)[0][0], strict=True):
+        assert torch.equal(x, ex)
+
+
+def test_prefetching_leaves_the_losses_bit_for_bit_unchanged(tmp_path, char_data):
+    losses = {}
+    for prefetch in (False, True):
+        result = train(*configs(tmp_path / str(prefetch), char_data, prefetch=prefetch, gradient_accumulation_steps=2,
+                                dtype="float32"))
+        losses[prefetch] = [record["loss"] for record in result["train_losses"]]
+    assert len(losses[True]) == 10 and losses[True] == losses[False]
