@@ -3,6 +3,7 @@
 
     python bench.py config/train_shakespeare_char_cpu.py --compile=True     # training: each change vs the plain loop
     python bench.py config/train_shakespeare_char.py --what=sample --device=cpu   # decoding vs matmul floor
+    python bench.py --what=tokenizer --input=input.txt --vocab_sizes=512,2048     # GPT-2 and learned BPEs
 
 Training: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and with each
 change added (fused AdamW, compile, bfloat16 autocast on CPU), then train.train() against the bare loop of the
@@ -11,6 +12,8 @@ this machine's matmul peak measured here.
 Decoding: tokens/s from a random model after a prompt that fills the window, against the decode step's matrix
 products alone in the same dtype (the floor) and against the crop-every-step loop without a cache (nanoGPT's
 sample.py, float32 on a CPU); on a CPU in float32, the compiled runs again under bfloat16 autocast.
+Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each vocabulary size: seconds to learn
+(bpe_train.learn_bpe), MB/s of tiktoken's encode_ordinary and of HF's own encoder, and tokens per UTF-8 byte.
 """
 
 import contextlib
@@ -23,30 +26,33 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from unittest import mock
 
 import torch
 from torch.nn import functional as F
 
-from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
+from bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, learn_bpe, train_hf
+from dataset import get_batch, load_split, read_text, resolve_data_dir, sample_offsets
 from devices import autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
-from errors import main_guard
+from errors import UserError, main_guard
 from generate import compiled_decode_step
 from model import GPT, GPTConfig, has_fused_adamw
 from options import parse_options
-from tokenizer import read_description
+from tokenizer import GPT2Tokenizer, read_description
 from train import TrainConfig, model_vocab_size, train
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets; the first key found in the device name
 # counts (so "H100 PCIe" before "H100"). Other GPUs get their measured matmul peak.
 GPU_PEAK_FLOPS = {"H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12}
+# --what=tokenizer's text when --input is not given: Tiny Shakespeare in the shared folder beside the checkout
+DEFAULT_TOKENIZER_TEXT = Path(__file__).resolve().parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 
 
 @dataclass
 class BenchConfig:
-    what: str = "train"  # train | sample
+    what: str = "train"  # train | sample | tokenizer
     bench_steps: int = 30  # timed training steps per variant and round
     warmup_steps: int = 5  # untimed steps first (compilation, allocator warm-up)
     rounds: int = 3  # alternating rounds over the variants; the median round counts
@@ -58,10 +64,15 @@ class BenchConfig:
     nanogpt_dir: str = ""  # a checkout of karpathy/nanoGPT: its model and optimizer timed in the same rounds
     repeats: int = 3  # separate processes, each the whole benchmark; every figure is their median (min-max)
     figures_file: str = ""  # set by --repeats for each of its processes: write the figures there as JSON
+    input: str = ""  # --what=tokenizer: the UTF-8 text; empty: ../shared/data/tinyshakespeare/input.txt
+    vocab_sizes: list[int] = field(default_factory=lambda: [512, 2048, 8192])  # --what=tokenizer: BPEs learned
 
     def __post_init__(self) -> None:
-        if self.what not in ("train", "sample"):
-            raise ValueError(f"what={self.what!r} must be train or sample")
+        if self.what not in ("train", "sample", "tokenizer"):
+            raise ValueError(f"what={self.what!r} must be train, sample or tokenizer")
+        if not self.vocab_sizes or not all(MIN_VOCAB_SIZE <= v <= MAX_VOCAB_SIZE for v in self.vocab_sizes):
+            raise ValueError(f"vocab_sizes={self.vocab_sizes} must be one or more sizes in [{MIN_VOCAB_SIZE}, "
+                             f"{MAX_VOCAB_SIZE}] (256 bytes + <|endoftext|>, then the merges), e.g. 512,2048")
         if self.clock not in ("wall", "cpu"):
             raise ValueError(f"clock={self.clock!r} must be wall or cpu")
         if min(self.bench_steps, self.rounds, self.max_new_tokens, self.crop_tokens, self.sample_batch,
@@ -371,6 +382,63 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
             f"{bench.rounds} alternating rounds (medians); floors in the run's dtype"), figures
 
 
+def tokenizer_text(bench: BenchConfig) -> tuple[str, str]:
+    """(path, text) that --what=tokenizer measures on; a missing or unreadable file, or a vocabulary the text is too
+    short to learn, is the user's to fix, found before anything is timed."""
+    if not bench.input and not DEFAULT_TOKENIZER_TEXT.is_file():
+        raise UserError(f"--what=tokenizer needs a text: {DEFAULT_TOKENIZER_TEXT} does not exist; pass "
+                        "--input=PATH (a UTF-8 text file)")
+    path = bench.input or str(DEFAULT_TOKENIZER_TEXT)
+    text = read_text(path, "--input")
+    size, merges = len(text.encode("utf-8")), max(bench.vocab_sizes) - MIN_VOCAB_SIZE
+    if merges > size:  # each merge joins at least one pair of the text's bytes (as train_hf checks)
+        raise UserError(f"vocab_sizes={bench.vocab_sizes}: {max(bench.vocab_sizes)} needs {merges:,} merges, more "
+                        f"than the {size:,} bytes of {path} allow; use smaller --vocab_sizes or a longer --input")
+    return path, text
+
+
+def encode_rate(encode, text: str, clock, rounds: int) -> float:
+    """MB/s (UTF-8 bytes) of encode(text), the median of rounds calls."""
+    times = []
+    for _ in range(rounds):
+        started = clock()
+        encode(text)
+        times.append(clock() - started)
+    return len(text.encode("utf-8")) / statistics.median(times) / 1e6
+
+
+def bench_tokenizer(bench: BenchConfig, *_: object) -> tuple[str, list[dict]]:
+    """(what was measured, in one line; the figures) of the tokenizer benchmark, in one process: a BPE learned
+    from all of the text for each of vocab_sizes (learn_bpe timed; HF's trained tokenizer, learned again by
+    train_hf, for its own encoder), then GPT-2's."""
+    import tiktoken
+    import tokenizers
+
+    path, text = tokenizer_text(bench)
+    size = len(text.encode("utf-8"))
+    clock = bench_clock(bench, torch.device("cpu"))
+    table, figures = "tokenizer", []
+    for vocab_size in bench.vocab_sizes:
+        started = clock()
+        learned = learn_bpe([text], vocab_size, size, size, progress=False).encoding
+        learn_seconds = clock() - started
+        hf = train_hf([text], vocab_size, size, size, progress=False)
+        row = f"bpe {vocab_size}"
+        figures += [figure(table, row, "time to learn", learn_seconds, "s"),
+                    figure(table, row, "tiktoken encode",
+                           encode_rate(learned.encode_ordinary, text, clock, bench.rounds), "MB/s"),
+                    figure(table, row, "HF's own encode", encode_rate(hf.encode, text, clock, bench.rounds), "MB/s"),
+                    figure(table, row, "tokens per byte", len(learned.encode_ordinary(text)) / size, "tokens/byte")]
+    gpt2 = GPT2Tokenizer().encoding  # the last row: a table's columns come in the order its first row has them
+    row = f"GPT-2 ({gpt2.n_vocab:,})"
+    figures += [figure(table, row, "tiktoken encode", encode_rate(gpt2.encode_ordinary, text, clock, bench.rounds),
+                       "MB/s"),
+                figure(table, row, "tokens per byte", len(gpt2.encode_ordinary(text)) / size, "tokens/byte")]
+    return (f"{size:,} bytes of {path}, each BPE learned from all of it; clock {bench.clock}; encode MB/s the "
+            f"median of {bench.rounds} calls on the whole text; tiktoken {tiktoken.__version__}, tokenizers "
+            f"{tokenizers.__version__}"), figures
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -380,7 +448,8 @@ def figure(table: str, row: str, column: str, value: float, unit: str) -> dict:
     return {"table": table, "row": row, "column": column, "value": value, "unit": unit}
 
 
-FORMATS = {"tokens/s": "{:,.0f}", "x": "{:.2f}x", "%": "{:.1%}", "ms": "{:.2f} ms", "GFLOP/s": "{:,.1f}"}
+FORMATS = {"tokens/s": "{:,.0f}", "x": "{:.2f}x", "%": "{:.1%}", "ms": "{:.2f} ms", "GFLOP/s": "{:,.1f}",
+           "s": "{:.2f} s", "MB/s": "{:.1f} MB/s", "tokens/byte": "{:.3f}"}
 
 
 def spread_cell(values: list[float], unit: str) -> str:
@@ -417,10 +486,13 @@ def load_averages() -> str:
     return "/".join(f"{load:.2f}" for load in os.getloadavg())
 
 
+BENCHMARKS = {"train": bench_train, "sample": bench_sample, "tokenizer": bench_tokenizer}  # --what: its benchmark
+
+
 def measure_once(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> dict:
     """This process's benchmark: what was measured, the load averages (1, 5, 15 min) before and after, figures."""
     load_before = load_averages()
-    header, figures = (bench_train if bench.what == "train" else bench_sample)(bench, config, model_config)
+    header, figures = BENCHMARKS[bench.what](bench, config, model_config)
     return {"header": header, "load": f"{load_before} -> {load_averages()}", "figures": figures}
 
 
@@ -432,7 +504,10 @@ def measure_in_processes(argv: list[str], repeats: int) -> list[dict]:
         for repeat in range(repeats):
             path = Path(directory) / f"{repeat}.json"
             print(f"process {repeat + 1} of {repeats} ...", flush=True)
-            subprocess.run([sys.executable, __file__, *argv, "--repeats=1", f"--figures_file={path}"], check=True)
+            done = subprocess.run([sys.executable, __file__, *argv, "--repeats=1", f"--figures_file={path}"])
+            if done.returncode == 2:  # a user's mistake found there, which it printed as its one line
+                sys.exit(2)
+            done.check_returncode()
             results.append(json.loads(path.read_text()))
     return results
 
@@ -440,6 +515,8 @@ def measure_in_processes(argv: list[str], repeats: int) -> list[dict]:
 def main(argv: list[str]) -> None:
     bench, config, model_config = parse_options(argv, (BenchConfig, TrainConfig, GPTConfig), prog="bench.py",
                                                 description=__doc__, skip=("vocab_size",))
+    if bench.what == "tokenizer":
+        tokenizer_text(bench)  # a bad --input or --vocab_sizes is one line here, before any process starts
     if bench.figures_file:
         Path(bench.figures_file).write_text(json.dumps(measure_once(bench, config, model_config)))
         return
