@@ -4,24 +4,12 @@
 # python data/shakespeare_char/prepare.py --input=PATH --tokenizer=bpe --vocab_size=1024 \
 #     --out_dir=data/shakespeare_bpe1024
 # python ablate.py config/ablate_positions_bpe.py
-base_config = "baby_cpu.py"  # the baby model; the lines below change it
+base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
 study_dir = "out-ablate-positions-bpe"
 variants = ["learned", "sinusoidal sinusoidal_amplitude=0.1", "rope", "alibi"]
 seeds = 3
 budgets = [1000, 2000]
 eval_split = "test"
-equivalence_margin = 0.01
-eval_multipliers = [1.0, 2.0, 4.0]
-protocols = ["nonoverlapping", "sliding"]
-sliding_window = 64
-sliding_stride = 32
-eval_batch_size = 64
-reference = "learned"
-threads = 1
 
 dataset = "shakespeare_bpe1024"
-eval_interval = 500
 
-lr_schedule = "wsd"
-wsd_decay_fraction = 0.2
-wsd_decay_shape = "1-sqrt"

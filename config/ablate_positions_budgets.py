@@ -8,7 +8,7 @@
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_positions_amplitude.py   (first: the amplitude, on val)
 # python ablate.py config/ablate_positions_budgets.py
-base_config = "baby_cpu.py"  # the baby model; the lines below change it
+base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
 study_dir = "out-ablate-positions-budgets"
 variants = ["learned", "sinusoidal sinusoidal_amplitude=0.1", "sinusoidal sinusoidal_amplitude=0.02", "rope",
             "alibi", "none"]
@@ -20,18 +20,6 @@ lr_sweep = [3e-4, 1e-3, 3e-3]  # the common rate is learning_rate below
 lr_sweep_seeds = 2
 lr_sweep_first_seed = 3001
 lr_sweep_budget = 2000
-equivalence_margin = 0.01
-eval_multipliers = [1.0, 2.0, 4.0]
-protocols = ["nonoverlapping", "sliding"]
-sliding_window = 64
-sliding_stride = 32
-eval_batch_size = 64
-reference = "learned"
-threads = 1
 
-eval_interval = 500
 max_iters = 4000
 lr_decay_iters = 4000
-lr_schedule = "wsd"
-wsd_decay_fraction = 0.2
-wsd_decay_shape = "1-sqrt"
