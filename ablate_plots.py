@@ -205,7 +205,8 @@ def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
     ax.set_ylim(-0.6, len(rows) - 0.2)
     ax.margins(x=0.4)
     ax.set_title(title, loc="left")
-    ax.set_xlabel("loss difference (nats/token); negative: the first is better")
+    unit = rows[0].get("unit", "nats/token")  # bits/byte where the cells tokenize differently (study_report)
+    ax.set_xlabel(f"loss difference ({unit}); negative: the first is better")
 
 
 def flipped(row: dict) -> dict:
