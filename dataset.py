@@ -215,12 +215,8 @@ def resolve_data_dir(dataset: str) -> Path:
     if not path.is_dir():
         path = REPO_ROOT / "data" / dataset
     if not (path / TOKENIZER_FILE).is_file() and not is_data_folder(path):
-        preparer = REPO_ROOT / "data" / path.name / "prepare.py"
-        fix = (f"python data/{path.name}/prepare.py" if preparer.is_file() else  # a folder --out_dir made
-               f"the preparer of its text with --out_dir={path}, e.g. python data/shakespeare_char/prepare.py "
-               f"--tokenizer=bpe --vocab_size=1024 --out_dir={path}")
-        raise UserError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing; run {fix} "
-                        "(or give --dataset=PATH to a prepared folder)")
+        raise UserError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing; run "
+                        f"python data/{path.name}/prepare.py (or give --dataset=PATH to a prepared folder)")
     return path
 
 

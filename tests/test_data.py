@@ -333,17 +333,3 @@ def test_sample_offsets_cover_every_valid_start():
     x, y = get_batch(data, offsets, 16, torch.device("cpu"))
     assert y.max().item() == 20 and x.shape == (2000, 16)
     assert math.isclose(np.bincount(offsets.numpy()).min() / 2000, 0.2, abs_tol=0.05)
-
-
-def test_an_unprepared_out_dir_dataset_names_the_out_dir_fix():
-    """A dataset name with no preparer of its own (made by --out_dir, like shakespeare_bpe1024) is told to run a
-    preparer with --out_dir, not pointed at a data/<name>/prepare.py that does not exist."""
-    from dataset import REPO_ROOT, resolve_data_dir
-
-    assert not (REPO_ROOT / "data" / "no_such_bpe4096").exists()
-    with pytest.raises(UserError) as caught:
-        resolve_data_dir("no_such_bpe4096")
-    message = str(caught.value)
-    assert "--out_dir=" in message and "data/no_such_bpe4096/prepare.py" not in message
-    with pytest.raises(UserError, match=r"python data/corpus/prepare\.py"):
-        resolve_data_dir("corpus")  # has its own preparer (and is not prepared in a fresh checkout)
