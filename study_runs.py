@@ -317,6 +317,7 @@ def finish_run(run: dict, ablate: "AblateConfig", bar: tqdm, start: int) -> tupl
             return None, stopped_by
         bar.write(f"trained {run['dir']}: {record['iter_num']} steps, final val estimate "
                   f"{record['final_val_estimate']:.4f}")
+        sys.stdout.flush()  # one write per line: --jobs workers share the parent's stdout, a pipe they'd interleave
     if run["role"] != STABLE:  # a constant-rate segment is a means to its branches, not a result
         bar.set_postfix_str("evaluating")
         record["eval"] = evaluate_run(run, ablate)
