@@ -54,6 +54,7 @@ def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int], mar
     margin, the equivalence test (TOST, Holm-corrected the same way) and the verdict of each pair."""
     rows = []
     unit = None if one_split(records) else "bytes"
+    to_bits_per_byte = 1.0 if unit else bits_factor(records, "bytes")  # the differences are in bits/byte already
     for length in lengths:
         found = []
         for (a, pa), (b, pb) in pairs:
@@ -67,7 +68,7 @@ def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int], mar
             row["significant"] = bool(row["low"] > 0 or row["high"] < 0)
             row["holm"] = rejected
             row["unit"] = "bits/byte" if unit else "nats/token"
-            row["mean_bits_per_byte"] = row["mean"] if unit else row["mean"] * bits_factor(records, "bytes")
+            row["mean_bits_per_byte"] = row["mean"] * to_bits_per_byte
         if margin:
             tost_p = [tost(r["differences"], margin) for r in found]
             for row, p, equivalent in zip(found, tost_p, holm(tost_p), strict=True):
