@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from unittest import mock
@@ -279,52 +280,69 @@ def bench_clock(bench: BenchConfig, device: torch.device):
     return time.process_time if bench.clock == "cpu" else time.perf_counter
 
 
-def decode_floor_seconds(model: GPT, clock, dtype: torch.dtype = torch.float32, repeats: int = 20) -> float:
-    """Seconds of the decode step's matrix products alone in dtype (every Linear of the model, batch 1)."""
-    weights = [m.weight.to(dtype) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+def floor_pass(model: GPT, dtype: torch.dtype = torch.float32) -> Callable[[], None]:
+    """One pass of the decode step's matrix products alone in dtype (every Linear of the model, batch 1): the floor."""
+    weights = [m.weight.detach().to(dtype) for m in model.modules() if isinstance(m, torch.nn.Linear)]
     inputs = [torch.randn(1, w.size(1), device=w.device, dtype=dtype) for w in weights]
-    best = float("inf")
-    with torch.no_grad():
-        for _ in range(repeats):
-            synchronize(weights[0].device)
-            started = clock()
+
+    def run() -> None:
+        with torch.no_grad():
             for x, w in zip(inputs, weights, strict=True):
                 F.linear(x, w)
-            synchronize(weights[0].device)
-            best = min(best, clock() - started)
-    return best
+    return run
 
 
-def decode_rate(model: GPT, prompt: torch.Tensor, new_tokens: int, clock=time.perf_counter,
-                dtype: torch.dtype = torch.float32, **kwargs) -> float:
-    """Tokens/s (per sequence) of generating new_tokens after prompt, the prompt's own run included."""
-    device = prompt.device
+def seconds(run: Callable[[], object], clock, device: torch.device) -> float:
     synchronize(device)
     started = clock()
-    with autocast_context(device, dtype):
-        model.generate(prompt, new_tokens, temperature=0.8, top_k=200, **kwargs)
+    run()
     synchronize(device)
-    return new_tokens / (clock() - started)
+    return clock() - started
+
+
+def floor_around(floor: Callable[[], None], run: Callable[[], object], clock, device: torch.device,
+                 passes: int = 10) -> tuple[float, float]:
+    """(seconds of run, the floor's median seconds a pass over `passes` just before it and as many just after)."""
+    before = [seconds(floor, clock, device) for _ in range(passes)]
+    took = seconds(run, clock, device)
+    after = [seconds(floor, clock, device) for _ in range(passes)]
+    return took, statistics.median(before + after)
+
+
+def decode_rate(model: GPT, prompt: torch.Tensor, new_tokens: int, clock, dtype: torch.dtype,
+                floor: Callable[[], None], **kwargs) -> tuple[float, float]:
+    """(tokens/s per sequence of generating new_tokens after prompt, its prompt's run included; the floor's
+    tokens/s measured around it)."""
+    def run() -> None:
+        with autocast_context(prompt.device, dtype):
+            model.generate(prompt, new_tokens, temperature=0.8, top_k=200, **kwargs)
+    took, floor_seconds = floor_around(floor, run, clock, prompt.device)
+    return new_tokens / took, 1 / floor_seconds
 
 
 @torch.no_grad()
-def decode_step_rate(model: GPT, step, clock, repeats: int = 50) -> float:
-    """Tokens/s of the decode step alone (eager or compiled), batch 1, half-way through a full-size cache."""
+def decode_step_rate(model: GPT, step, clock, floor: Callable[[], None], repeats: int = 50) -> tuple[float, float]:
+    """(tokens/s of the decode step alone, batch 1, half-way through a full-size cache; the floor's tokens/s): a
+    floor pass and a step in alternation, the median of each, so that what else the machine does meanwhile
+    slows both alike; the step's time and the floor's are the same statistic of the same stretch of time."""
     cache = model.make_cache(1)
     device = model.input_layer.wte.device
     model(torch.zeros((1, model.config.block_size // 2), dtype=torch.long, device=device), cache=cache)
     token = torch.zeros((1, 1), dtype=torch.long, device=device)
-    step(token, torch.full((1,), cache.length, device=device), cache)  # warm-up
-    synchronize(device)
-    started = clock()
-    for _ in range(repeats):  # each call writes the same position again
+
+    def one_step() -> None:  # each call writes the same position again
         step(token, torch.full((1,), cache.length, device=device), cache)
-    synchronize(device)
-    return repeats / (clock() - started)
+    one_step()  # warm-up
+    pairs = [(seconds(floor, clock, device), seconds(one_step, clock, device)) for _ in range(repeats)]
+    return 1 / statistics.median(s for _, s in pairs), 1 / statistics.median(f for f, _ in pairs)
 
 
 def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> tuple[str, list[dict]]:
-    """(what was measured, in one line; the figures) of the decoding benchmark, in one process."""
+    """(what was measured, in one line; the figures) of the decoding benchmark, in one process.
+
+    Every "of the floor" is a ratio within one round (the step against floor passes in alternation, a generation
+    against the floor passes around it), and the figure is its median over the rounds.
+    """
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     torch.manual_seed(config.seed)
@@ -345,41 +363,47 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
             label = "" if run_dtype == torch.float32 else f", {dtype_name(run_dtype)}"
             runs[f"KV cache, compiled{label}, batch {rows}"] = (rows, bench.max_new_tokens, run_dtype,
                                                                  {"compile": True})
-    rates = {name: [] for name in [*runs, "decode step alone, eager", "decode step alone, compiled"]}
-    floors = {d: [] for d in dict.fromkeys(run_dtype for _, _, run_dtype, _ in runs.values())}
+    steps = {"decode step alone, eager": model.decode_step, "decode step alone, compiled": None}
+    floor_runs = {d: floor_pass(model, d) for d in dict.fromkeys([dtype, *(r[2] for r in runs.values())])}
+    rates = {name: [] for name in [*runs, *steps]}
+    ratios = {name: [] for name in rates}
+    floors = {d: [] for d in floor_runs}
+
+    def record(name: str, rate: float, of_floor: float, floor_dtype: torch.dtype, floor: float) -> None:
+        rates[name].append(rate)
+        ratios[name].append(of_floor)
+        floors[floor_dtype].append(floor)
     for name, (rows, _, run_dtype, kwargs) in runs.items():
         started = time.perf_counter()
-        decode_rate(model, prompt.expand(rows, -1), 8, clock, run_dtype, **kwargs)  # warm-up
+        decode_rate(model, prompt.expand(rows, -1), 8, clock, run_dtype, floor_runs[run_dtype], **kwargs)  # warm-up
         if kwargs.get("compile"):
             print(f"{name}: first call (compilation) {time.perf_counter() - started:.1f} s")
     for _ in range(bench.rounds):
-        for floor_dtype, values in floors.items():
-            values.append(1 / decode_floor_seconds(model, clock, floor_dtype))
         with autocast_context(device, dtype):
-            rates["decode step alone, eager"].append(decode_step_rate(model, model.decode_step, clock))
-            rates["decode step alone, compiled"].append(decode_step_rate(model, compiled_decode_step(model), clock))
+            for name, step in steps.items():
+                rate, floor = decode_step_rate(model, step or compiled_decode_step(model), clock, floor_runs[dtype])
+                record(name, rate, rate / floor, dtype, floor)
         for name, (rows, new_tokens, run_dtype, kwargs) in runs.items():
-            rates[name].append(decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, run_dtype, **kwargs))
-    floor = {d: statistics.median(values) for d, values in floors.items()}
+            rate, floor = decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, run_dtype,
+                                      floor_runs[run_dtype], **kwargs)
+            record(name, rate * rows, rate / floor, run_dtype, floor)
     crop = statistics.median(rates["crop loop (no cache, slide=1)"])
     table = "decoding, batch 1 unless named"
-    figures = [figure(table, f"matmul floor, {dtype_name(d)}", "tokens/s", rate, "tokens/s")
-               for d, rate in floor.items()]
-    for name in ("decode step alone, eager", "decode step alone, compiled"):
-        rate = statistics.median(rates[name])
-        figures += [figure(table, name, "tokens/s", rate, "tokens/s"),
-                    figure(table, name, "of the floor", rate / floor[dtype], "%")]
-    for name, (rows, _, run_dtype, _) in runs.items():
-        rate = statistics.median(rates[name]) * rows
+    figures = [figure(table, f"matmul floor, {dtype_name(d)}", "tokens/s", statistics.median(values), "tokens/s")
+               for d, values in floors.items()]
+    for name in [*steps, *runs]:
+        rows = runs[name][0] if name in runs else 1
         label = name.replace(", batch 1", "").replace(f"batch {rows}", f"batch {rows} (all rows)")
-        figures.append(figure(table, label, "tokens/s", rate, "tokens/s"))
+        figures.append(figure(table, label, "tokens/s", statistics.median(rates[name]), "tokens/s"))
         if rows == 1:
-            figures.append(figure(table, label, "of the floor", rate / floor[run_dtype], "%"))
-        figures.append(figure(table, label, "vs the crop loop", rate / crop, "x"))
+            figures.append(figure(table, label, "of the floor", statistics.median(ratios[name]), "%"))
+        if name in runs:
+            figures.append(figure(table, label, "vs the crop loop", statistics.median(rates[name]) / crop, "x"))
     return (f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
             f"{model.get_num_params():,} parameters, block_size {block_size}; prompt of {block_size} tokens, "
             f"{bench.max_new_tokens} new ({bench.crop_tokens} for the crop loop), temperature 0.8, top_k 200; "
-            f"{bench.rounds} alternating rounds (medians); floors in the run's dtype"), figures
+            f"{bench.rounds} alternating rounds (medians); floors in the run's dtype, measured beside each run"
+            ), figures
 
 
 def tokenizer_text(bench: BenchConfig) -> tuple[str, str]:

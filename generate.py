@@ -3,6 +3,7 @@ step, and the sampling filters (temperature, top-k, top-p). The architecture it 
 generation (the static cache, the weights a frozen graph holds) lives here, not on the model.
 """
 
+import inspect
 import itertools
 import math
 import weakref
@@ -20,6 +21,10 @@ DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache], torch.Tensor]
 # addresses, so a new cache each call would record a new graph), and the weights the frozen graphs were built from.
 _static_caches: "weakref.WeakKeyDictionary[GPT, KVCache]" = weakref.WeakKeyDictionary()
 _frozen_weights: "weakref.WeakKeyDictionary[GPT, list]" = weakref.WeakKeyDictionary()
+# and its compiled step, GPT.decode_step unbound (a bound method would keep the model alive), each model's graphs
+# apart from other models' where torch can (isolate_recompiles, torch 2.13): dynamo's limit of 8 graphs per compiled
+# function is then per model, and the lookup before each token tries only this model's graphs.
+_frozen_steps: "weakref.WeakKeyDictionary[GPT, Callable]" = weakref.WeakKeyDictionary()
 
 
 @torch.no_grad()
@@ -123,7 +128,10 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
     if _frozen_weights.get(model, weights) != weights:
         torch.compiler.reset()
     _frozen_weights[model] = weights
-    step = torch.compile(model.decode_step, fullgraph=True, dynamic=False)
+    step = _frozen_steps.get(model)
+    if step is None:
+        step = _frozen_steps[model] = torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
+                                                    **FROZEN_STEP_OPTIONS)
     # torch.compile(options={"freezing": True}) does not freeze: dynamo decides whether to treat the parameters as
     # constants from the global config while it traces (measured with torch 2.13), so the config is patched.
     from torch._inductor import config as inductor_config  # imported with the compiler, not with the model
@@ -135,11 +143,31 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
         frozen = inductor_config.freezing
         inductor_config.freezing = True
         try:
-            return step(token, position, plain)
+            return step(model, token, position, plain)
         finally:
             inductor_config.freezing = frozen
 
     return frozen_step
+
+
+def frozen_step_guards(guards: list) -> list[bool]:
+    """Which of the frozen decode step's guards dynamo checks before every token (torch.compile's guard_filter_fn).
+
+    All of those on the inputs and the global state (shapes, dtypes, grad mode, autocast) stay, and of the ~300 on
+    the model (`self...`) the identity of every parameter, which is what tells one model's frozen graph from
+    another's, and each module's `training` flag. The rest re-check the module tree (types, hooks, that no forward
+    was replaced, attribute values such as n_head) and took 5-10% of the step here (README, Speed); a model
+    rebuilt in place is new parameters, and weights changed in place are compiled_decode_step's own check.
+    """
+    return [not g.name.startswith("self.") or g.guard_type == "ID_MATCH" or g.name.endswith(".training")
+            for g in guards]
+
+
+# guard_filter_fn came with torch 2.8, beside torch.compiler's own filters; before it, every guard is checked
+FROZEN_STEP_OPTIONS = {
+    **({"options": {"guard_filter_fn": frozen_step_guards}} if hasattr(torch.compiler, "skip_all_guards_unsafe")
+       else {}),
+    **({"isolate_recompiles": True} if "isolate_recompiles" in inspect.signature(torch.compile).parameters else {})}
 
 
 # Dividing logits by a temperature this small overflows float32 (1e-40 makes inf - inf = NaN in the softmax); long
@@ -161,11 +189,16 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
         return logits.argmax(dim=-1, keepdim=True)
     probs = F.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
     if not isinstance(generator, list):
-        return torch.multinomial(probs, num_samples=1, generator=generator)
-    if len(generator) != probs.size(0):
+        noise = torch.empty_like(probs).exponential_(generator=generator)
+    elif len(generator) != probs.size(0):
         raise ValueError(f"{len(generator)} generators for a batch of {probs.size(0)} rows; give one per row")
-    return torch.cat([torch.multinomial(row, num_samples=1, generator=g)
-                      for row, g in zip(probs.split(1), generator, strict=True)])
+    else:
+        noise = torch.cat([torch.empty_like(row).exponential_(generator=g)
+                           for row, g in zip(probs.split(1), generator, strict=True)])
+    # argmax of p_i / E_i with E_i ~ Exp(1) independent is i with probability p_i (E_i / p_i is the first arrival
+    # of a clock of rate p_i): torch.multinomial's draw, without its checks of the probabilities, which made it 3-4
+    # times slower at one row (measured). exponential_ can return 0, and 0 / 0 would be a NaN that argmax takes.
+    return (probs / noise.clamp_min_(torch.finfo(noise.dtype).tiny)).argmax(dim=-1, keepdim=True)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:

@@ -3,6 +3,8 @@ prompt shared by a batch, and the text streamed piece by piece. Compiling is slo
 compiled tests are few, marked slow, and each compiles one graph that serves all of its checks.
 """
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from test_model import BLOCK, max_abs, random_ids, tiny_model
@@ -58,6 +60,40 @@ def test_compiled_decoding_follows_weights_changed_after_compiling():
     model.load_state_dict(tiny_model("learned", seed=1).state_dict())
     eager, compiled = eager_and_compiled_logits(model, prompt, tokens)
     assert max_abs(compiled, eager) < 1e-5
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_compiled_decoding_tells_models_batch_sizes_and_modes_apart_with_the_module_guards_filtered():
+    """The frozen step's guard filter drops the checks of the module tree, but not what tells one graph from the
+    next: another model of the same shapes (its own frozen weights), another batch size, the training flag."""
+    first, second = tiny_model("learned", seed=0), tiny_model("learned", seed=1)
+    prompt, tokens = random_ids(1, 4, seed=31), random_ids(1, 3, seed=32)
+    for model in (first, second, first):  # both models' graphs live side by side on the one code object
+        eager, compiled = eager_and_compiled_logits(model, prompt, tokens)
+        assert max_abs(compiled, eager) < 1e-5
+    eager, compiled = eager_and_compiled_logits(second, random_ids(3, 4, seed=33), random_ids(3, 3, seed=34))
+    assert max_abs(compiled, eager) < 1e-5
+    dropping = tiny_model("learned", seed=2, dropout=0.5)
+    eager, compiled = eager_and_compiled_logits(dropping, prompt, tokens)  # compiled in eval mode
+    assert max_abs(compiled, eager) < 1e-5
+    dropping.train()  # a graph traced in eval mode has no dropout: this must not reuse it
+    _, compiled_training = eager_and_compiled_logits(dropping, prompt, tokens)
+    assert max_abs(compiled_training, eager) > 1e-3
+
+
+def test_frozen_step_guard_filter_keeps_inputs_parameter_identities_and_training_flags():
+    guards = {"token": "TENSOR_MATCH", "cache.keys[0]": "TENSOR_MATCH", "": "GRAD_MODE",
+              "G['torch'].arange": "BUILTIN_MATCH",
+              "self._modules['blocks']._modules['0']._modules['attn']._modules['c_attn']._parameters['weight']":
+                  "ID_MATCH",
+              "self._modules['blocks']._modules['0']._modules['attn'].training": "CONSTANT_MATCH",
+              "self._modules['blocks']._modules['0']._modules['attn'].n_head": "CONSTANT_MATCH",
+              "self._modules['blocks']._modules['0']": "TYPE_MATCH",
+              "self._modules['ln_f']._forward_hooks": "EMPTY_NN_MODULE_HOOKS_DICT"}
+    entries = [SimpleNamespace(name=name, guard_type=kind) for name, kind in guards.items()]
+    kept = {entry.name for entry, keep in zip(entries, G.frozen_step_guards(entries), strict=True) if keep}
+    assert kept == set(list(guards)[:6])
 
 
 @pytest.mark.slow

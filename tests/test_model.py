@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 from torch import nn
 from torch.nn import functional as F
 
@@ -609,6 +610,33 @@ def test_filter_logits_top_p_by_hand():
     # p=0.8 sits exactly on the boundary 0.5 + 0.3 (float32: 0.80000007 >= 0.8f), so it keeps two, not three
     out = filter_logits(logits, top_k=3, top_p=0.99)  # top_k first: drops id 2, then top_p keeps the rest
     assert set(torch.isfinite(out[0]).nonzero().flatten().tolist()) == {0, 1, 3}
+
+
+def test_sampling_draws_each_token_with_its_filtered_probability():
+    """The exponential-race draw against the softmax of the kept logits, computed apart in NumPy: a chi-square over
+    200,000 rows, and no filtered token ever drawn; one generator per row draws as that row alone."""
+    logits = torch.tensor([[2.0, -1.0, 0.5, 1.5, -3.0, 0.0, 1.0, -0.5]])
+    temperature, top_k, rows = 0.7, 5, 200_000
+    tokens = sample_next_token(logits.expand(rows, -1), temperature, top_k, generator=torch.Generator().manual_seed(3))
+    scaled = logits[0].double().numpy() / temperature
+    kept = np.argsort(-scaled)[:top_k]
+    expected = np.zeros(len(scaled))
+    expected[kept] = np.exp(scaled[kept] - scaled[kept].max())
+    expected /= expected.sum()
+    counts = np.bincount(tokens.flatten().numpy(), minlength=len(scaled))
+    assert counts[expected == 0].sum() == 0
+    assert stats.chisquare(counts[kept], rows * expected[kept]).pvalue > 1e-3
+    per_row = [torch.Generator().manual_seed(seed) for seed in (5, 6, 7)]
+    batch = sample_next_token(logits.expand(3, -1), 1.0, generator=per_row)
+    alone = [sample_next_token(logits, 1.0, generator=torch.Generator().manual_seed(seed)) for seed in (5, 6, 7)]
+    assert torch.equal(batch, torch.cat(alone))
+
+
+def test_a_zero_from_the_exponential_draw_never_picks_a_filtered_token(monkeypatch):
+    """Exp(1) draws can be exactly 0, and 0 / 0 is a NaN that argmax would take: every draw 0 here."""
+    monkeypatch.setattr(torch.Tensor, "exponential_", lambda self, *args, **kwargs: self.zero_())
+    logits = torch.tensor([[0.1, 3.0, 0.2, 2.0, 0.3]])
+    assert sample_next_token(logits, 1.0, top_k=2).item() in (1, 3)
 
 
 @torch.no_grad()
