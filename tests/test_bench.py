@@ -60,3 +60,40 @@ def test_tokenizer_bad_input_is_refused_before_any_process(tmp_path):
     (tmp_path / "short.txt").write_text("to be or not to be", encoding="utf-8")
     with pytest.raises(UserError, match="vocab_sizes=.*8192 needs 7,935 merges, more than the 18 bytes"):
         bench.main(["--what=tokenizer", f"--input={tmp_path / 'short.txt'}", "--repeats=3"])
+
+
+class FakeClock:
+    """A clock that only the timed work moves, by what each call is given to take."""
+
+    def __init__(self):
+        self.now, self.calls = 0.0, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def work(self, name: str, seconds: float):
+        def run(*args):
+            self.calls.append(name)
+            self.now += seconds(len(self.calls)) if callable(seconds) else seconds
+        return run
+
+
+def test_the_decode_step_is_timed_in_alternation_with_floor_passes_and_the_same_statistic():
+    from test_model import tiny_model
+    clock = FakeClock()
+    # the machine slows both alike half-way through, and one step in ten is an outlier: medians see neither
+    slow = lambda n, base: base * (3 if n > 40 else 1) * (10 if n % 20 == 0 else 1)  # noqa: E731
+    floor = clock.work("floor", lambda n: slow(n, 1.0))
+    step = clock.work("step", lambda n: slow(n, 1.25))
+    step_rate, floor_rate = bench.decode_step_rate(tiny_model(), step, clock, floor, repeats=30)
+    assert clock.calls[:5] == ["step", "floor", "step", "floor", "step"]  # the warm-up step first, then pairs
+    assert clock.calls.count("floor") == 30 and clock.calls.count("step") == 31
+    assert floor_rate / step_rate == pytest.approx(1.25)
+
+
+def test_a_generation_is_compared_with_floor_passes_just_before_and_after_it():
+    clock = FakeClock()
+    floor = clock.work("floor", lambda n: 2.0 if n <= 10 else 4.0)  # the floor slows while the run runs
+    took, floor_seconds = bench.floor_around(floor, clock.work("run", 100.0), clock, bench.torch.device("cpu"))
+    assert clock.calls == ["floor"] * 10 + ["run"] + ["floor"] * 10
+    assert took == 100.0 and floor_seconds == 3.0  # the median of 10 passes of 2 s and 10 of 4 s
