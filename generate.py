@@ -8,6 +8,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
@@ -96,41 +97,22 @@ def static_cache(model: GPT, batch_size: int) -> KVCache:
     cache, weight = _static_caches.get(model), model.lm_head.weight
     if cache is None or (cache.batch_size, cache.max_length, cache.keys[0].device, cache.keys[0].dtype) != (
             batch_size, model.config.block_size, weight.device, weight.dtype):
-        # One spare position behind every tensor, so that no view of the written part is ever contiguous, a full
-        # window's included: dynamo guards the compiled step on its keys' contiguity, and a full window would
-        # otherwise compile a second graph (measured).
-        spare = model.make_cache(batch_size, model.config.block_size + 1)
-        cache = _static_caches[model] = KVCache([k[:, :, :-1] for k in spare.keys],
-                                                [v[:, :, :-1] for v in spare.values])
+        cache = _static_caches[model] = model.make_cache(batch_size)
     cache.reset()
     return cache
 
 
-class WrittenCache:
-    """What decode_step reads of a KVCache, in a plain object: the written part of every layer's keys and values,
-    up to and including the new token's position (views, so the step's writes land in the cache).
-
-    The frozen graph attends over these alone, their length a dynamic dimension of one graph, not behind a mask over
-    all max_length positions: a step half-way through the window took 4.58 against 5.18 ms (measured). A plain
-    object because frozen graphs guard on the identity of a module's buffers, so that the KVCache module itself
-    would compile a graph for every new cache (measured).
-    """
-
-    def __init__(self, cache: KVCache, length: int, dynamic: bool):
-        self.keys = [k[:, :, :length] for k in cache.keys]
-        self.values = [v[:, :, :length] for v in cache.values]
-        if dynamic:  # marked for compiling only: 45 us a tensor (measured), and a compiled graph takes any length
-            for t in self.keys + self.values:
-                torch._dynamo.mark_dynamic(t, 2)
-
-    @property
-    def max_length(self) -> int:
-        return self.keys[0].size(2)
+@dataclass
+class PlainCache:
+    """What decode_step reads of a KVCache, in a plain object. Frozen graphs guard on the identity of a module's
+    buffers, so that the KVCache module itself would compile a graph for every new cache (measured)."""
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    max_length: int
 
 
 def compiled_decode_step(model: GPT) -> DecodeStep:
-    """model.decode_step compiled to one graph with fixed shapes (on the CPU, but for the length of the cache read);
-    the first call per batch size and dtype compiles.
+    """model.decode_step compiled to one graph with fixed shapes; the first call per batch size compiles.
 
     On CUDA with CUDA graphs (reduce-overhead), which replay the step's hundred small kernels as one launch. On the
     CPU under no_grad, the weights are frozen into the graph (inductor's freezing) and packed for MKL's
@@ -154,20 +136,14 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
     # constants from the global config while it traces (measured with torch 2.13), so the config is patched.
     from torch._inductor import config as inductor_config  # imported with the compiler, not with the model
 
-    compiled_for = set()  # (batch size, cache dtype, autocast) of the graphs this step may have compiled
-
     def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        graph = (token.size(0), cache.keys[0].dtype, torch.is_autocast_enabled("cpu"))
-        # at least 2 positions: dynamo takes a length of 1 for a constant (the keys after the new one are masked)
-        length = min(max(cache.length + token.size(1), 2), cache.max_length)
-        written = WrittenCache(cache, length, dynamic=graph not in compiled_for and length > 1)
-        compiled_for.add(graph)
+        plain = PlainCache(cache.keys, cache.values, cache.max_length)
         # freezing is read when a graph compiles, on the first call: set for the call, not a global setting. Set
         # and restored by hand: inductor_config.patch took 50 us a call (measured), this takes 10.
         frozen = inductor_config.freezing
         inductor_config.freezing = True
         try:
-            return step(model, token, position, written)
+            return step(model, token, position, plain)
         finally:
             inductor_config.freezing = frozen
 

@@ -82,20 +82,6 @@ def test_compiled_decoding_tells_models_batch_sizes_and_modes_apart_with_the_mod
     assert max_abs(compiled_training, eager) > 1e-3
 
 
-@pytest.mark.slow
-@torch.no_grad()
-def test_one_frozen_graph_reads_the_written_cache_at_every_length():
-    """The step attends over the written part of the cache alone, its length dynamic: a generation that fills the
-    window and slides it twice compiles one graph, and gives the uncached tokens."""
-    from torch._dynamo.utils import counters
-    model = tiny_model("learned", seed=3)
-    prompt = random_ids(1, 3, seed=35)
-    counters.clear()
-    tokens = model.generate(prompt, 3 * BLOCK, temperature=0, compile=True)
-    assert counters["stats"]["unique_graphs"] == 1
-    assert torch.equal(tokens, model.generate(prompt, 3 * BLOCK, temperature=0, use_cache=False))
-
-
 def test_frozen_step_guard_filter_keeps_inputs_parameter_identities_and_training_flags():
     guards = {"token": "TENSOR_MATCH", "cache.keys[0]": "TENSOR_MATCH", "": "GRAD_MODE",
               "G['torch'].arange": "BUILTIN_MATCH",
