@@ -3,6 +3,7 @@
 
     python bench.py config/train_shakespeare_char_cpu.py --compile=True     # training: each change vs the plain loop
     python bench.py config/train_shakespeare_char.py --what=sample --device=cpu   # decoding vs matmul floor
+    python bench.py config/train_shakespeare_char.py --what=step --device=cpu     # the frozen step's choices undone
     python bench.py --what=tokenizer --input=input.txt --vocab_sizes=512,2048     # GPT-2 and learned BPEs
 
 Training: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and with each
@@ -12,15 +13,19 @@ this machine's matmul peak measured here.
 Decoding: tokens/s from a random model after a prompt that fills the window, against the decode step's matrix
 products alone in the same dtype (the floor) and against the crop-every-step loop without a cache (nanoGPT's
 sample.py, float32 on a CPU); on a CPU in float32, the compiled runs again under bfloat16 autocast.
+Step: the frozen CPU decode step as generate.py compiles it, and with each of its choices undone (every guard
+checked; the graph's wrapper in Python), compiled side by side and called in one randomized order.
 Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each vocabulary size: seconds to learn
 (bpe_train.learn_bpe), MB/s of tiktoken's encode_ordinary and of HF's own encoder, and tokens per UTF-8 byte.
 """
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -38,7 +43,7 @@ from bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, learn_bpe, train_hf
 from dataset import get_batch, load_split, read_text, resolve_data_dir, sample_offsets
 from devices import autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
 from errors import UserError, main_guard
-from generate import compiled_decode_step
+from generate import FROZEN_STEP_OPTIONS, compiled_decode_step, frozen
 from model import GPT, GPTConfig, has_fused_adamw
 from options import parse_options
 from tokenizer import GPT2Tokenizer, read_description
@@ -53,7 +58,7 @@ DEFAULT_TOKENIZER_TEXT = Path(__file__).resolve().parent.parent / "shared" / "da
 
 @dataclass
 class BenchConfig:
-    what: str = "train"  # train | sample | tokenizer
+    what: str = "train"  # train | sample | step | tokenizer
     bench_steps: int = 30  # timed training steps per variant and round
     warmup_steps: int = 5  # untimed steps first (compilation, allocator warm-up)
     rounds: int = 3  # alternating rounds over the variants; the median round counts
@@ -69,8 +74,8 @@ class BenchConfig:
     vocab_sizes: list[int] = field(default_factory=lambda: [512, 2048, 8192])  # --what=tokenizer: BPEs learned
 
     def __post_init__(self) -> None:
-        if self.what not in ("train", "sample", "tokenizer"):
-            raise ValueError(f"what={self.what!r} must be train, sample or tokenizer")
+        if self.what not in BENCHMARKS:
+            raise ValueError(f"what={self.what!r} must be one of {', '.join(BENCHMARKS)}")
         if not self.vocab_sizes or not all(MIN_VOCAB_SIZE <= v <= MAX_VOCAB_SIZE for v in self.vocab_sizes):
             raise ValueError(f"vocab_sizes={self.vocab_sizes} must be one or more sizes in [{MIN_VOCAB_SIZE}, "
                              f"{MAX_VOCAB_SIZE}] (256 bytes + <|endoftext|>, then the merges), e.g. 512,2048")
@@ -406,6 +411,56 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
             ), figures
 
 
+def step_variants() -> dict[str, dict]:
+    """torch.compile's arguments for the frozen CPU decode step as generate.py ships it, and with one of its choices
+    undone each (the README's "measured on its own")."""
+    shipped = FROZEN_STEP_OPTIONS["options"]
+    return {"as shipped": shipped,
+            "every guard checked": {k: v for k, v in shipped.items() if k != "guard_filter_fn"},
+            "Python wrapper (no cpp_wrapper)": {**shipped, "cpp_wrapper": False}}
+
+
+@torch.no_grad()
+def bench_step_variants(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> tuple[str, list[dict]]:
+    """(what was measured; the figures): each variant of the frozen decode step compiled side by side in this
+    process, then called in a randomized order, bench.rounds * 100 calls each, batch 1, half-way through the cache.
+
+    Randomized because in a fixed order the variant that runs right after another kind of work comes out slower
+    (measured): the median seconds a call, and each against the shipped one as a ratio of the two medians.
+    """
+    device = choose_device(config.device)
+    if device.type != "cpu" or "isolate_recompiles" not in FROZEN_STEP_OPTIONS:
+        raise UserError("--what=step times the frozen CPU decode step's variants side by side, which needs "
+                        "--device=cpu and a torch with torch.compile(isolate_recompiles=...) (2.13); use --what=sample")
+    torch.manual_seed(config.seed)
+    model = GPT(replace(model_config, vocab_size=bench.sample_vocab_size, dropout=0.0)).eval()
+    cache = model.make_cache(1)
+    model(torch.zeros((1, model_config.block_size // 2), dtype=torch.long), cache=cache)
+    token, position = torch.zeros((1, 1), dtype=torch.long), torch.full((1,), cache.length)
+    clock = bench_clock(bench, device)
+    steps = {name: frozen(model, torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
+                                               isolate_recompiles=True, options=options))
+             for name, options in step_variants().items()}
+    for name, step in steps.items():
+        started = time.perf_counter()
+        step(token, position, cache)
+        print(f"{name}: first call (compilation) {time.perf_counter() - started:.1f} s")
+    calls = [name for name in steps for _ in range(100 * bench.rounds)]
+    random.Random(config.seed).shuffle(calls)
+    seconds_a_call = {name: [] for name in steps}
+    for name in calls:
+        seconds_a_call[name].append(seconds(functools.partial(steps[name], token, position, cache), clock, device))
+    medians = {name: statistics.median(values) for name, values in seconds_a_call.items()}
+    table = "frozen decode step, batch 1, randomized order"
+    figures = []
+    for name, median in medians.items():
+        figures += [figure(table, name, "a step", median * 1e3, "ms"),
+                    figure(table, name, "vs as shipped", median / medians["as shipped"], "x")]
+    return (f"device cpu, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
+            f"{model.get_num_params():,} parameters, position {cache.length} of {model_config.block_size}; "
+            f"{100 * bench.rounds} calls of each variant in one randomized order"), figures
+
+
 def tokenizer_text(bench: BenchConfig) -> tuple[str, str]:
     """(path, text) that --what=tokenizer measures on; a missing or unreadable file, or a vocabulary the text is too
     short to learn, is the user's to fix, found before anything is timed."""
@@ -510,7 +565,8 @@ def load_averages() -> str:
     return "/".join(f"{load:.2f}" for load in os.getloadavg())
 
 
-BENCHMARKS = {"train": bench_train, "sample": bench_sample, "tokenizer": bench_tokenizer}  # --what: its benchmark
+BENCHMARKS = {"train": bench_train, "sample": bench_sample, "step": bench_step_variants,  # --what: its benchmark
+              "tokenizer": bench_tokenizer}
 
 
 def measure_once(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> dict:

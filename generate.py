@@ -132,6 +132,12 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
     if step is None:
         step = _frozen_steps[model] = torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
                                                     **FROZEN_STEP_OPTIONS)
+    return frozen(model, step)
+
+
+def frozen(model: GPT, step: Callable) -> DecodeStep:
+    """A DecodeStep for model from step, GPT.decode_step compiled on the CPU: run with inductor's freezing on, so
+    that a graph it compiles holds the weights as constants (bench.py times variants of step through this)."""
     # torch.compile(options={"freezing": True}) does not freeze: dynamo decides whether to treat the parameters as
     # constants from the global config while it traces (measured with torch 2.13), so the config is patched.
     from torch._inductor import config as inductor_config  # imported with the compiler, not with the model
@@ -153,10 +159,10 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
 def frozen_step_guards(guards: list) -> list[bool]:
     """Which of the frozen decode step's guards dynamo checks before every token (torch.compile's guard_filter_fn).
 
-    All of those on the inputs and the global state (shapes, dtypes, grad mode, autocast) stay, and of the ~300 on
+    All of those on the inputs and the global state (shapes, dtypes, grad mode, autocast) stay, and of the ~900 on
     the model (`self...`) the identity of every parameter, which is what tells one model's frozen graph from
     another's, and each module's `training` flag. The rest re-check the module tree (types, hooks, that no forward
-    was replaced, attribute values such as n_head) and took 5-10% of the step here (README, Speed); a model
+    was replaced, attribute values such as n_head) and took 6.5% of the step here (README, Speed); a model
     rebuilt in place is new parameters, and weights changed in place are compiled_decode_step's own check.
     """
     return [not g.name.startswith("self.") or g.guard_type == "ID_MATCH" or g.name.endswith(".training")

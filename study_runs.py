@@ -315,9 +315,11 @@ def finish_run(run: dict, ablate: "AblateConfig", bar: tqdm, start: int) -> tupl
         record, stopped_by = train_run(run, bar, start)
         if record is None:
             return None, stopped_by
+        # The line and its newline in one write: --jobs workers share the parent's stdout, a pipe, and with Python
+        # unbuffered (PYTHONUNBUFFERED) tqdm's write(line) then write("\n") let another worker's line in between.
         bar.write(f"trained {run['dir']}: {record['iter_num']} steps, final val estimate "
-                  f"{record['final_val_estimate']:.4f}")
-        sys.stdout.flush()  # one write per line: --jobs workers share the parent's stdout, a pipe they'd interleave
+                  f"{record['final_val_estimate']:.4f}\n", end="")
+        sys.stdout.flush()
     if run["role"] != STABLE:  # a constant-rate segment is a means to its branches, not a result
         bar.set_postfix_str("evaluating")
         record["eval"] = evaluate_run(run, ablate)

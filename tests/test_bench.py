@@ -97,3 +97,23 @@ def test_a_generation_is_compared_with_floor_passes_just_before_and_after_it():
     took, floor_seconds = bench.floor_around(floor, clock.work("run", 100.0), clock, bench.torch.device("cpu"))
     assert clock.calls == ["floor"] * 10 + ["run"] + ["floor"] * 10
     assert took == 100.0 and floor_seconds == 3.0  # the median of 10 passes of 2 s and 10 of 4 s
+
+
+def test_step_variants_each_undo_one_choice_of_the_shipped_step():
+    variants = bench.step_variants()
+    shipped = variants["as shipped"]
+    assert shipped["cpp_wrapper"] is True and "guard_filter_fn" in shipped
+    assert variants["every guard checked"] == {k: v for k, v in shipped.items() if k != "guard_filter_fn"}
+    assert variants["Python wrapper (no cpp_wrapper)"] == {**shipped, "cpp_wrapper": False}
+
+
+@pytest.mark.slow
+def test_step_variants_table(capsys):
+    bench.main(["--what=step", "--device=cpu", "--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+                "--rounds=1", "--repeats=1"])
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index("| frozen decode step, batch 1, randomized order | a step | vs as shipped |"):]
+    assert [line.split(" | ")[0] for line in table[2:5]] == [
+        "| as shipped", "| every guard checked", "| Python wrapper (no cpp_wrapper)"]
+    assert table[2].endswith("| 1.00x (once) |")
+    assert "100 calls of each variant" in "\n".join(lines)

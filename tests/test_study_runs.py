@@ -372,3 +372,26 @@ def test_sigterm_stops_every_job_within_seconds_and_keeps_finished_runs(referenc
     after = kept(study_dir)
     assert all(after[name] == digest for name, digest in before.items() if name.startswith(("learned/", "none/")))
     assert not (metrics.parent / "done.json").exists()
+
+
+def test_a_trained_runs_line_reaches_stdout_in_one_write(tmp_path, monkeypatch):
+    """--jobs workers share one pipe and Python runs unbuffered here: a line written in two pieces (tqdm writes
+    the text, then its newline) let another worker's line in between, which the jobs test saw once in CI."""
+    writes = []
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    record = {"iter_num": 7, "final_val_estimate": 1.5}
+    monkeypatch.setattr(study_runs, "finished_record", lambda run, overwrite: None)
+    monkeypatch.setattr(study_runs, "train_run", lambda run, bar, start: (dict(record), 0))
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    run = {"dir": tmp_path / "learned" / "seed1337", "role": study_runs.STABLE}
+    study_runs.finish_run(run, AblateConfig(), study_runs.tqdm(disable=True), 0)
+    lines = [w for w in writes if w]
+    assert lines == [f"trained {run['dir']}: 7 steps, final val estimate 1.5000\n"]
