@@ -20,7 +20,6 @@ Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each
 """
 
 import contextlib
-import functools
 import importlib.util
 import io
 import json
@@ -325,18 +324,33 @@ def decode_rate(model: GPT, prompt: torch.Tensor, new_tokens: int, clock, dtype:
     return new_tokens / took, 1 / floor_seconds
 
 
+def decode_model(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig, device: torch.device) -> GPT:
+    """The random model the decoding benchmarks time, seeded."""
+    torch.manual_seed(config.seed)
+    return GPT(replace(model_config, vocab_size=bench.sample_vocab_size, dropout=0.0)).to(device).eval()
+
+
 @torch.no_grad()
-def decode_step_rate(model: GPT, step, clock, floor: Callable[[], None], repeats: int = 50) -> tuple[float, float]:
-    """(tokens/s of the decode step alone, batch 1, half-way through a full-size cache; the floor's tokens/s): a
-    floor pass and a step in alternation, the median of each, so that what else the machine does meanwhile
-    slows both alike; the step's time and the floor's are the same statistic of the same stretch of time."""
+def half_way_step(model: GPT, step) -> Callable[[], None]:
+    """One call of step (a DecodeStep) for batch 1, half-way through a full-size cache, as the step alone is timed;
+    each call writes the same position again."""
     cache = model.make_cache(1)
     device = model.input_layer.wte.device
     model(torch.zeros((1, model.config.block_size // 2), dtype=torch.long, device=device), cache=cache)
     token = torch.zeros((1, 1), dtype=torch.long, device=device)
 
-    def one_step() -> None:  # each call writes the same position again
+    def one_step() -> None:  # the position made each call, as generate.decode makes it
         step(token, torch.full((1,), cache.length, device=device), cache)
+    return one_step
+
+
+@torch.no_grad()
+def decode_step_rate(model: GPT, step, clock, floor: Callable[[], None], repeats: int = 50) -> tuple[float, float]:
+    """(tokens/s of the decode step alone, batch 1, half-way through a full-size cache; the floor's tokens/s): a
+    floor pass and a step in alternation, the median of each, so that what else the machine does meanwhile
+    slows both alike; the step's time and the floor's are the same statistic of the same stretch of time."""
+    device = model.input_layer.wte.device
+    one_step = half_way_step(model, step)
     one_step()  # warm-up
     pairs = [(seconds(floor, clock, device), seconds(one_step, clock, device)) for _ in range(repeats)]
     return 1 / statistics.median(s for _, s in pairs), 1 / statistics.median(f for f, _ in pairs)
@@ -350,8 +364,7 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
     """
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
-    torch.manual_seed(config.seed)
-    model = GPT(replace(model_config, vocab_size=bench.sample_vocab_size, dropout=0.0)).to(device).eval()
+    model = decode_model(bench, config, model_config, device)
     block_size, batch = model_config.block_size, bench.sample_batch
     clock = bench_clock(bench, device)
     prompt = torch.randint(bench.sample_vocab_size, (1, block_size), device=device)
@@ -368,7 +381,7 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
             label = "" if run_dtype == torch.float32 else f", {dtype_name(run_dtype)}"
             runs[f"KV cache, compiled{label}, batch {rows}"] = (rows, bench.max_new_tokens, run_dtype,
                                                                  {"compile": True})
-    steps = {"decode step alone, eager": model.decode_step, "decode step alone, compiled": None}
+    steps = {"decode step alone, eager": model.decode_step, "decode step alone, compiled": compiled_decode_step(model)}
     floor_runs = {d: floor_pass(model, d) for d in dict.fromkeys([dtype, *(r[2] for r in runs.values())])}
     rates = {name: [] for name in [*runs, *steps]}
     ratios = {name: [] for name in rates}
@@ -386,7 +399,7 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
     for _ in range(bench.rounds):
         with autocast_context(device, dtype):
             for name, step in steps.items():
-                rate, floor = decode_step_rate(model, step or compiled_decode_step(model), clock, floor_runs[dtype])
+                rate, floor = decode_step_rate(model, step, clock, floor_runs[dtype])
                 record(name, rate, rate / floor, dtype, floor)
         for name, (rows, new_tokens, run_dtype, kwargs) in runs.items():
             rate, floor = decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, run_dtype,
@@ -432,24 +445,20 @@ def bench_step_variants(bench: BenchConfig, config: TrainConfig, model_config: G
     if device.type != "cpu" or "isolate_recompiles" not in FROZEN_STEP_OPTIONS:
         raise UserError("--what=step times the frozen CPU decode step's variants side by side, which needs "
                         "--device=cpu and a torch with torch.compile(isolate_recompiles=...) (2.13); use --what=sample")
-    torch.manual_seed(config.seed)
-    model = GPT(replace(model_config, vocab_size=bench.sample_vocab_size, dropout=0.0)).eval()
-    cache = model.make_cache(1)
-    model(torch.zeros((1, model_config.block_size // 2), dtype=torch.long), cache=cache)
-    token, position = torch.zeros((1, 1), dtype=torch.long), torch.full((1,), cache.length)
+    model = decode_model(bench, config, model_config, device)
     clock = bench_clock(bench, device)
-    steps = {name: frozen(model, torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
-                                               isolate_recompiles=True, options=options))
+    steps = {name: half_way_step(model, frozen(model, torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
+                                                                    isolate_recompiles=True, options=options)))
              for name, options in step_variants().items()}
     for name, step in steps.items():
         started = time.perf_counter()
-        step(token, position, cache)
+        step()
         print(f"{name}: first call (compilation) {time.perf_counter() - started:.1f} s")
     calls = [name for name in steps for _ in range(100 * bench.rounds)]
     random.Random(config.seed).shuffle(calls)
     seconds_a_call = {name: [] for name in steps}
     for name in calls:
-        seconds_a_call[name].append(seconds(functools.partial(steps[name], token, position, cache), clock, device))
+        seconds_a_call[name].append(seconds(steps[name], clock, device))
     medians = {name: statistics.median(values) for name, values in seconds_a_call.items()}
     table = "frozen decode step, batch 1, randomized order"
     figures = []
@@ -457,7 +466,8 @@ def bench_step_variants(bench: BenchConfig, config: TrainConfig, model_config: G
         figures += [figure(table, name, "a step", median * 1e3, "ms"),
                     figure(table, name, "vs as shipped", median / medians["as shipped"], "x")]
     return (f"device cpu, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
-            f"{model.get_num_params():,} parameters, position {cache.length} of {model_config.block_size}; "
+            f"{model.get_num_params():,} parameters, position {model_config.block_size // 2} of "
+            f"{model_config.block_size}; "
             f"{100 * bench.rounds} calls of each variant in one randomized order"), figures
 
 

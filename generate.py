@@ -146,12 +146,12 @@ def frozen(model: GPT, step: Callable) -> DecodeStep:
         plain = PlainCache(cache.keys, cache.values, cache.max_length)
         # freezing is read when a graph compiles, on the first call: set for the call, not a global setting. Set
         # and restored by hand: inductor_config.patch took 50 us a call (measured), this takes 10.
-        frozen = inductor_config.freezing
+        was_freezing = inductor_config.freezing
         inductor_config.freezing = True
         try:
             return step(model, token, position, plain)
         finally:
-            inductor_config.freezing = frozen
+            inductor_config.freezing = was_freezing
 
     return frozen_step
 
@@ -170,8 +170,8 @@ def frozen_step_guards(guards: list) -> list[bool]:
 
 
 # The graph's own call() in C++ (cpp_wrapper), not Python launching its ~55 kernels and products: 3% off the step
-# (4.99 against 5.15 ms, randomized alternation in one process), for some 5 s more compilation. guard_filter_fn came
-# with torch 2.8, beside torch.compiler's own filters; before it, every guard is checked.
+# (4.99 against 5.15 ms, randomized alternation in one process), for some 6 s more compilation (12.7 against 6.2 s).
+# guard_filter_fn came with torch 2.8, beside torch.compiler's own filters; before it, every guard is checked.
 FROZEN_STEP_OPTIONS = {
     "options": {"cpp_wrapper": True,
                 **({"guard_filter_fn": frozen_step_guards} if hasattr(torch.compiler, "skip_all_guards_unsafe")
