@@ -40,7 +40,14 @@ from torch.nn import functional as F
 
 from bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, learn_bpe, train_hf
 from dataset import get_batch, load_split, read_text, resolve_data_dir, sample_offsets
-from devices import autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
+from devices import (
+    autocast_context,
+    choose_device,
+    choose_dtype,
+    choose_training_dtype,
+    model_matmul_shapes,
+    use_huge_pages,
+)
 from errors import UserError, main_guard
 from generate import FROZEN_STEP_OPTIONS, compiled_decode_step, frozen
 from model import GPT, GPTConfig, has_fused_adamw
@@ -603,6 +610,7 @@ def measure_in_processes(argv: list[str], repeats: int) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
+    use_huge_pages()  # as sample.py, whose decoding this times; inherited by the --repeats processes
     bench, config, model_config = parse_options(argv, (BenchConfig, TrainConfig, GPTConfig), prog="bench.py",
                                                 description=__doc__, skip=("vocab_size",))
     if bench.what == "tokenizer":

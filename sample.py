@@ -15,7 +15,7 @@ import torch
 
 from checkpoint import SEED_LIMIT, check_init_from, load_pretrained, read_checkpoint
 from dataset import read_text
-from devices import DTYPES, autocast_context, choose_device, choose_dtype
+from devices import DTYPES, autocast_context, choose_device, choose_dtype, use_huge_pages
 from errors import UserError, main_guard
 from generate import StopText, generate_stream
 from model import GPT
@@ -173,6 +173,7 @@ def incremental_text(tokenizer: Tokenizer, ids) -> Iterator[str]:
 
 
 def main(argv: list[str]) -> None:
+    use_huge_pages()
     (config,) = parse_options(argv, (SampleConfig,), prog="sample.py", description=__doc__)
     device = choose_device(config.device)
     model, tokenizer = load_model(config.init_from, config.out_dir)

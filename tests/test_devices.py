@@ -1,5 +1,9 @@
 """devices.py: the CPU's bfloat16 probe for --dtype=auto, with the timer stubbed so that the choice is known."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -69,3 +73,53 @@ def test_real_probe_leaves_torchs_random_stream_alone():
     seconds = devices.matmul_probe_seconds(torch.float32, [(8, 16, 32)])
     assert 0 < seconds < 1
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def transparent_huge_pages_mode() -> str:
+    """The kernel's THP mode (always, madvise or never; empty where there is none: not Linux)."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return ""
+    return text[text.index("[") + 1:text.index("]")]
+
+
+# After the command lines' own imports, asks for huge pages as their main() does first, fills a 16 MiB tensor and
+# prints how much of this process's memory the kernel mapped in huge pages (KiB).
+HUGE_PAGE_PROBE = """
+import sample, bench, train, devices, torch
+devices.use_huge_pages()
+tensor = torch.empty(4 << 20).fill_(1.0)
+print(next(int(line.split()[1]) for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages")))
+"""
+
+
+@pytest.mark.skipif(transparent_huge_pages_mode() != "madvise",
+                    reason="needs Linux's THP in madvise mode, where only an allocation that asks gets huge pages")
+@pytest.mark.parametrize(("environment", "huge"), [(None, True), ("0", False)])
+def test_large_tensors_get_huge_pages_unless_the_environment_says_no(script_env, environment, huge):
+    script_env.pop("THP_MEM_ALLOC_ENABLE", None)
+    if environment is not None:
+        script_env["THP_MEM_ALLOC_ENABLE"] = environment
+    done = subprocess.run([sys.executable, "-c", HUGE_PAGE_PROBE], env=script_env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    kib = int(done.stdout.split()[-1])
+    assert kib >= 7 * 2048 if huge else kib == 0  # 16 MiB at 4 KiB alignment holds at least 7 whole 2 MiB pages
+
+
+def test_the_command_lines_ask_for_huge_pages_before_anything_else(monkeypatch):
+    import bench
+    import sample
+
+    calls = []
+
+    def stop(*args, **kwargs):
+        calls.append("parse_options")
+        raise SystemExit(0)
+    for module in (sample, bench):
+        calls.clear()
+        monkeypatch.setattr(module, "use_huge_pages", lambda: calls.append("use_huge_pages"))
+        monkeypatch.setattr(module, "parse_options", stop)
+        with pytest.raises(SystemExit):
+            module.main([])
+        assert calls == ["use_huge_pages", "parse_options"], module.__name__
