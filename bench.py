@@ -610,9 +610,10 @@ def measure_in_processes(argv: list[str], repeats: int) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
-    use_huge_pages()  # as sample.py, whose decoding this times; inherited by the --repeats processes
     bench, config, model_config = parse_options(argv, (BenchConfig, TrainConfig, GPTConfig), prog="bench.py",
                                                 description=__doc__, skip=("vocab_size",))
+    if bench.what in ("sample", "step"):
+        use_huge_pages()  # as sample.py, whose decoding these time (no tensor exists yet); train.py does not ask
     if bench.what == "tokenizer":
         tokenizer_text(bench)  # a bad --input or --vocab_sizes is one line here, before any process starts
     if bench.figures_file:

@@ -107,19 +107,29 @@ def test_large_tensors_get_huge_pages_unless_the_environment_says_no(script_env,
     assert kib >= 7 * 2048 if huge else kib == 0  # 16 MiB at 4 KiB alignment holds at least 7 whole 2 MiB pages
 
 
-def test_the_command_lines_ask_for_huge_pages_before_anything_else(monkeypatch):
+def test_the_decoding_command_lines_ask_for_huge_pages_before_any_tensor(monkeypatch):
+    """sample.py first thing; bench.py once its options are read (no tensor yet), for decoding only: training is
+    timed as train.py runs it, which does not ask."""
     import bench
     import sample
 
     calls = []
 
-    def stop(*args, **kwargs):
-        calls.append("parse_options")
-        raise SystemExit(0)
+    def record(name: str, stop: bool = True):
+        def called(*args, **kwargs):
+            calls.append(name)
+            if stop:
+                raise SystemExit(0)
+        return called
     for module in (sample, bench):
+        monkeypatch.setattr(module, "use_huge_pages", record("use_huge_pages", stop=False))
+    monkeypatch.setattr(sample, "parse_options", record("parse_options"))
+    monkeypatch.setattr(bench, "measure_in_processes", record("measure"))
+    for main, argv, expected in [(sample.main, [], ["use_huge_pages", "parse_options"]),
+                                 (bench.main, ["--what=sample"], ["use_huge_pages", "measure"]),
+                                 (bench.main, ["--what=step"], ["use_huge_pages", "measure"]),
+                                 (bench.main, ["--what=train"], ["measure"])]:
         calls.clear()
-        monkeypatch.setattr(module, "use_huge_pages", lambda: calls.append("use_huge_pages"))
-        monkeypatch.setattr(module, "parse_options", stop)
         with pytest.raises(SystemExit):
-            module.main([])
-        assert calls == ["use_huge_pages", "parse_options"], module.__name__
+            main(argv)
+        assert calls == expected, argv
