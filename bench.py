@@ -367,7 +367,8 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
     """(what was measured, in one line; the figures) of the decoding benchmark, in one process.
 
     Every "of the floor" is a ratio within one round (the step against floor passes in alternation, a generation
-    against the floor passes around it), and the figure is its median over the rounds.
+    against the floor passes around it; a batch's tokens/s of all its rows), and the figure is its median over the
+    rounds.
     """
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
@@ -411,7 +412,7 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
         for name, (rows, new_tokens, run_dtype, kwargs) in runs.items():
             rate, floor = decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, run_dtype,
                                       floor_runs[run_dtype], **kwargs)
-            record(name, rate * rows, rate / floor, run_dtype, floor)
+            record(name, rate * rows, rate * rows / floor, run_dtype, floor)
     crop = statistics.median(rates["crop loop (no cache, slide=1)"])
     table = "decoding, batch 1 unless named"
     figures = [figure(table, f"matmul floor, {dtype_name(d)}", "tokens/s", statistics.median(values), "tokens/s")
@@ -420,8 +421,7 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
         rows = runs[name][0] if name in runs else 1
         label = name.replace(", batch 1", "").replace(f"batch {rows}", f"batch {rows} (all rows)")
         figures.append(figure(table, label, "tokens/s", statistics.median(rates[name]), "tokens/s"))
-        if rows == 1:
-            figures.append(figure(table, label, "of the floor", statistics.median(ratios[name]), "%"))
+        figures.append(figure(table, label, "of the floor", statistics.median(ratios[name]), "%"))
         if name in runs:
             figures.append(figure(table, label, "vs the crop loop", statistics.median(rates[name]) / crop, "x"))
     return (f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
