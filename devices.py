@@ -1,4 +1,5 @@
-"""Where and in what precision to run: the device, the dtype, and the autocast context that applies it."""
+"""Where and in what precision to run: the device, the dtype, the autocast context that applies it, and the pages
+the decoding command lines' tensors live in (huge pages)."""
 
 import contextlib
 import os

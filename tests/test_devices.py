@@ -1,4 +1,5 @@
-"""devices.py: the CPU's bfloat16 probe for --dtype=auto, with the timer stubbed so that the choice is known."""
+"""devices.py: the CPU's bfloat16 probe for --dtype=auto, with the timer stubbed so that the choice is known; huge
+pages for the decoding command lines, read back from the kernel."""
 
 import subprocess
 import sys
