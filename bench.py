@@ -49,7 +49,7 @@ from devices import (
     use_huge_pages,
 )
 from errors import UserError, main_guard
-from generate import FROZEN_STEP_OPTIONS, compiled_decode_step, frozen
+from generate import FROZEN_STEP_OPTIONS, compile_frozen_step, compiled_decode_step, frozen
 from model import GPT, GPTConfig, has_fused_adamw
 from options import parse_options
 from tokenizer import GPT2Tokenizer, read_description
@@ -363,6 +363,24 @@ def decode_step_rate(model: GPT, step, clock, floor: Callable[[], None], repeats
     return 1 / statistics.median(s for _, s in pairs), 1 / statistics.median(f for f, _ in pairs)
 
 
+def decode_runs(bench: BenchConfig, device: torch.device, dtype: torch.dtype) -> dict[str, tuple]:
+    """The generations the decoding benchmark times, name: (rows, new tokens, autocast dtype, generate's options).
+
+    The crop loop in nanoGPT's precision, which has no autocast on a CPU; on a CPU in float32, the compiled runs
+    again under bfloat16 autocast, where the compiled step folds the weights' casts into bfloat16 constants.
+    """
+    crop_dtype = torch.float32 if device.type == "cpu" else dtype
+    runs = {"crop loop (no cache, slide=1)": (1, bench.crop_tokens, crop_dtype, {"use_cache": False, "slide": 1})}
+    dtypes = [dtype, torch.bfloat16] if device.type == "cpu" and dtype == torch.float32 else [dtype]
+    for rows in (1, bench.sample_batch):
+        runs[f"KV cache, batch {rows}"] = (rows, bench.max_new_tokens, dtype, {})
+        for run_dtype in dtypes:
+            label = "" if run_dtype == torch.float32 else f", {dtype_name(run_dtype)}"
+            runs[f"KV cache, compiled{label}, batch {rows}"] = (rows, bench.max_new_tokens, run_dtype,
+                                                                 {"compile": True})
+    return runs
+
+
 def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> tuple[str, list[dict]]:
     """(what was measured, in one line; the figures) of the decoding benchmark, in one process.
 
@@ -373,31 +391,19 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     model = decode_model(bench, config, model_config, device)
-    block_size, batch = model_config.block_size, bench.sample_batch
+    block_size = model_config.block_size
     clock = bench_clock(bench, device)
     prompt = torch.randint(bench.sample_vocab_size, (1, block_size), device=device)
-    # name: (rows, new tokens, autocast dtype, generate's options); the crop loop in nanoGPT's precision, which has
-    # no autocast on a CPU
-    crop_dtype = torch.float32 if device.type == "cpu" else dtype
-    runs = {"crop loop (no cache, slide=1)": (1, bench.crop_tokens, crop_dtype, {"use_cache": False, "slide": 1})}
-    dtypes = [dtype]
-    if device.type == "cpu" and dtype == torch.float32:
-        dtypes.append(torch.bfloat16)  # the compiled step then folds the weights' casts into bfloat16 constants
-    for rows in (1, batch):
-        runs[f"KV cache, batch {rows}"] = (rows, bench.max_new_tokens, dtype, {})
-        for run_dtype in dtypes:
-            label = "" if run_dtype == torch.float32 else f", {dtype_name(run_dtype)}"
-            runs[f"KV cache, compiled{label}, batch {rows}"] = (rows, bench.max_new_tokens, run_dtype,
-                                                                 {"compile": True})
+    runs = decode_runs(bench, device, dtype)
     steps = {"decode step alone, eager": model.decode_step, "decode step alone, compiled": compiled_decode_step(model)}
     floor_runs = {d: floor_pass(model, d) for d in dict.fromkeys([dtype, *(r[2] for r in runs.values())])}
     rates = {name: [] for name in [*runs, *steps]}
     ratios = {name: [] for name in rates}
     floors = {d: [] for d in floor_runs}
 
-    def record(name: str, rate: float, of_floor: float, floor_dtype: torch.dtype, floor: float) -> None:
+    def record(name: str, rate: float, floor_dtype: torch.dtype, floor: float) -> None:
         rates[name].append(rate)
-        ratios[name].append(of_floor)
+        ratios[name].append(rate / floor)
         floors[floor_dtype].append(floor)
     for name, (rows, _, run_dtype, kwargs) in runs.items():
         started = time.perf_counter()
@@ -408,11 +414,11 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
         with autocast_context(device, dtype):
             for name, step in steps.items():
                 rate, floor = decode_step_rate(model, step, clock, floor_runs[dtype])
-                record(name, rate, rate / floor, dtype, floor)
+                record(name, rate, dtype, floor)
         for name, (rows, new_tokens, run_dtype, kwargs) in runs.items():
             rate, floor = decode_rate(model, prompt.expand(rows, -1), new_tokens, clock, run_dtype,
                                       floor_runs[run_dtype], **kwargs)
-            record(name, rate * rows, rate * rows / floor, run_dtype, floor)
+            record(name, rate * rows, run_dtype, floor)
     crop = statistics.median(rates["crop loop (no cache, slide=1)"])
     table = "decoding, batch 1 unless named"
     figures = [figure(table, f"matmul floor, {dtype_name(d)}", "tokens/s", statistics.median(values), "tokens/s")
@@ -454,8 +460,7 @@ def bench_step_variants(bench: BenchConfig, config: TrainConfig, model_config: G
                         "--device=cpu and a torch with torch.compile(isolate_recompiles=...) (2.13); use --what=sample")
     model = decode_model(bench, config, model_config, device)
     clock = bench_clock(bench, device)
-    steps = {name: half_way_step(model, frozen(model, torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
-                                                                    isolate_recompiles=True, options=options)))
+    steps = {name: half_way_step(model, frozen(model, compile_frozen_step(options)))
              for name, options in step_variants().items()}
     for name, step in steps.items():
         started = time.perf_counter()
