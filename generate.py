@@ -130,9 +130,15 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
     _frozen_weights[model] = weights
     step = _frozen_steps.get(model)
     if step is None:
-        step = _frozen_steps[model] = torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
-                                                    **FROZEN_STEP_OPTIONS)
+        step = _frozen_steps[model] = compile_frozen_step()
     return frozen(model, step)
+
+
+def compile_frozen_step(options: dict | None = None) -> Callable:
+    """GPT.decode_step (unbound) compiled as the frozen CPU step is, to one graph with fixed shapes; inductor's
+    `options` in place of FROZEN_STEP_OPTIONS' own where given (bench.py's variants). Run it through frozen()."""
+    return torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
+                         **{**FROZEN_STEP_OPTIONS, **({} if options is None else {"options": options})})
 
 
 def frozen(model: GPT, step: Callable) -> DecodeStep:
