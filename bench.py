@@ -40,20 +40,13 @@ from torch.nn import functional as F
 
 from bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, learn_bpe, train_hf
 from dataset import get_batch, load_split, read_text, resolve_data_dir, sample_offsets
-from devices import (
-    autocast_context,
-    choose_device,
-    choose_dtype,
-    choose_training_dtype,
-    model_matmul_shapes,
-    use_huge_pages,
-)
+from devices import autocast_context, choose_device, choose_dtype, use_huge_pages
 from errors import UserError, main_guard
 from generate import FROZEN_STEP_OPTIONS, compile_frozen_step, compiled_decode_step, frozen
 from model import GPT, GPTConfig, has_fused_adamw
 from options import parse_options
 from tokenizer import GPT2Tokenizer, read_description
-from train import TrainConfig, model_vocab_size, train
+from train import TrainConfig, model_vocab_size, train, training_dtype
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets; the first key found in the device name
 # counts (so "H100 PCIe" before "H100"). Other GPUs get their measured matmul peak.
@@ -193,7 +186,7 @@ class BareLoop:
 def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.device) -> list[Variant]:
     """The plain loop, then one change added at a time, then nanoGPT's if asked for. The configured setting of
     train.py is the first variant named in `configured_variant`. On a CPU, compiled in the other of float32 and
-    bfloat16 too: what --dtype=auto's probe chose between."""
+    bfloat16 too: whether --dtype=bfloat16 would train faster on this CPU."""
     dtype = choose_dtype(config.dtype, device)
     has_fused = has_fused_adamw(device.type)
     variants = [Variant("plain: eager, foreach AdamW", False, False, dtype)]
@@ -224,9 +217,8 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
     description = read_description(resolve_data_dir(config.dataset))
     model_config = replace(model_config, vocab_size=model_vocab_size(description))
     tokens_per_step = config.batch_size * config.gradient_accumulation_steps * model_config.block_size
-    dtype, dtype_reason = choose_training_dtype(config.dtype, device, model_matmul_shapes(
-        config.batch_size * model_config.block_size, model_config.n_embd, model_config.vocab_size))
-    config = replace(config, dtype=dtype_name(dtype))  # train.py's rounds in the same dtype, not probed again
+    dtype, dtype_reason = training_dtype(config, device)
+    config = replace(config, dtype=dtype_name(dtype))
     clock = bench_clock(bench, device)
     variants = training_variants(bench, config, device)
     configured = configured_variant(variants, config, device)
@@ -626,7 +618,7 @@ def main(argv: list[str]) -> None:
         return
     results = ([measure_once(bench, config, model_config)] if bench.repeats == 1
                else measure_in_processes(argv, bench.repeats))
-    headers = dict.fromkeys(r["header"] for r in results)  # processes whose dtype probes disagreed differ here
+    headers = dict.fromkeys(r["header"] for r in results)  # each distinct header once
     print("\n".join(headers))
     print(f"{len(results)} process(es), each cell the median (min–max) over them; load "
           f"averages (1/5/15 min) before -> after each: {'; '.join(r['load'] for r in results)}\n")

@@ -39,7 +39,7 @@ from checkpoint import (
     save_checkpoint,
 )
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
-from devices import DTYPES, autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
+from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from errors import UserError, main_guard
 from memory import parameter_counts, saved_activation_bytes, training_state_bytes
 from model import GPT, GPTConfig
@@ -97,7 +97,7 @@ class TrainConfig:
     backend: str = "auto"  # DDP backend: auto (nccl on cuda, gloo otherwise) | nccl | gloo
     parallel: str = "ddp"  # under torchrun: ddp (each process holds the whole model) | fsdp (each holds 1/N of it)
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
-    dtype: str = "auto"  # auto (GPU: bfloat16, else float16; CPU: bfloat16 if a start-up probe finds it faster) | ...
+    dtype: str = "auto"  # auto (GPU: bfloat16, else float16; CPU and mps: float32) | float32 | bfloat16 | float16
     compile: bool = True  # torch.compile the model: a slow first step, faster ones after
     activation_checkpointing: bool = False  # recompute each Block in the backward pass: less memory, ~1/3 more compute
     seed: int = 1337  # seeds the initialisation, dropout and the order of batches
@@ -241,22 +241,17 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
     return model, None
 
 
-def training_dtype(config: TrainConfig, model_config: GPTConfig, world_size: int, device: torch.device,
-                   resumed: dict | None = None) -> tuple[torch.dtype, str]:
-    """The dtype to train in and why (devices.choose_training_dtype: auto on a CPU probes bfloat16 against
-    float32 on this model's products). Processes whose probes disagree all take float32. A resumed run keeps the
-    dtype its checkpoint trained in (checkpoints record the dtype chosen, not "auto"): a probe that lands on the
-    other side of its margin must not switch dtype in the middle of a run."""
+def training_dtype(config: TrainConfig, device: torch.device, resumed: dict | None = None) -> tuple[torch.dtype, str]:
+    """The dtype to train in and why: devices.choose_dtype, which depends on the device alone, so that one command
+    trains in one dtype whatever else the machine is doing. A resumed auto run keeps the dtype its checkpoint
+    trained in (checkpoints record the dtype chosen, not "auto"; older code probed a CPU's bfloat16)."""
     recorded = (resumed or {}).get("config", {}).get("dtype")
     if config.dtype == "auto" and config.init_from == "resume" and recorded in DTYPES and recorded != "auto":
         return choose_dtype(recorded, device), f"auto: {recorded}, the dtype the resumed run trained in"
-    shapes = model_matmul_shapes(config.batch_size * model_config.block_size, model_config.n_embd,
-                                 model_config.vocab_size)
-    dtype, reason = choose_training_dtype(config.dtype, device, shapes)
-    any_float32 = max_over_processes([float(dtype == torch.float32)], world_size, device)[0]  # every rank calls
-    if dtype == torch.bfloat16 and any_float32:
-        return torch.float32, "auto: another process's probe found float32 faster"
-    return dtype, reason
+    dtype = choose_dtype(config.dtype, device)
+    if config.dtype != "auto":
+        return dtype, "as asked"
+    return dtype, f"auto on {device.type}" + ("; --dtype=bfloat16 trains in bfloat16" if device.type == "cpu" else "")
 
 
 @dataclass
@@ -325,7 +320,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
-    dtype, dtype_reason = training_dtype(config, model.config, world_size, device, resumed)
+    dtype, dtype_reason = training_dtype(config, device, resumed)
     model.activation_checkpointing = config.activation_checkpointing
     check_batch_fits(config, model.config, device)
     splits = {split: load_split(data_dir, split, model.config.block_size) for split in ("train", "val")}

@@ -1,79 +1,30 @@
-"""devices.py: the CPU's bfloat16 probe for --dtype=auto, with the timer stubbed so that the choice is known; huge
-pages for the decoding command lines, read back from the kernel."""
+"""devices.py: --dtype=auto decided by the device alone, whatever the timings; huge pages for the decoding command
+lines, read back from the kernel."""
 
+import itertools
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-import devices
 
-SHAPES = devices.model_matmul_shapes(768, 128, 65)
+def test_auto_on_a_cpu_is_float32_whatever_the_timings(monkeypatch):
+    """The same command trains in one dtype: auto on a CPU decides by the device alone. Timings that flip from one
+    call to the next (a loaded machine; older code's start-up probe chose by them) and a CPU that has bfloat16
+    change nothing."""
+    from train import TrainConfig, training_dtype
 
-
-def stub_timer(seconds: dict):
-    """A timer that reports the given seconds per dtype, and records which dtypes were timed."""
-    calls = []
-
-    def timer(dtype, shapes):
-        assert shapes == SHAPES  # the probe times the model's own products
-        calls.append(dtype)
-        return seconds[dtype]
-    return timer, calls
-
-
-@pytest.mark.parametrize(("fp32_ms", "bf16_ms", "chosen"), [
-    (10.0, 5.0, torch.bfloat16),  # bfloat16 twice as fast
-    (5.0, 10.0, torch.float32),  # bfloat16 slower: the issue's CPU
-    (10.0, 8.0, torch.float32),  # 1.25x faster, but within the margin: too little to make the step faster
-])
-def test_probe_picks_the_faster(fp32_ms, bf16_ms, chosen):
-    timer, calls = stub_timer({torch.float32: fp32_ms / 1e3, torch.bfloat16: bf16_ms / 1e3})
-    dtype, reason = devices.probe_cpu_dtype(SHAPES, timer, supported=lambda: True)
-    assert dtype == chosen
-    assert f"{bf16_ms:.2f} ms in bfloat16, {fp32_ms:.2f} ms in float32" in reason
-    assert calls == [torch.float32, torch.bfloat16] * 2  # alternated, both dtypes each round
-
-
-def test_probe_takes_the_best_round():
-    """One slow round of bfloat16 (another job got the CPU) does not decide: the best of the rounds counts."""
-    seconds = iter([0.010, 0.020, 0.010, 0.004])  # fp32, bf16, fp32, bf16
-    dtype, _ = devices.probe_cpu_dtype(SHAPES, lambda dtype, shapes: next(seconds), supported=lambda: True)
-    assert dtype == torch.bfloat16
-
-
-def test_probe_falls_back_to_float32_without_bfloat16():
-    timer, calls = stub_timer({torch.float32: 1.0, torch.bfloat16: 0.001})
-    dtype, reason = devices.probe_cpu_dtype(SHAPES, timer, supported=lambda: False)
-    assert (dtype, calls) == (torch.float32, [])
-    assert "no native bfloat16" in reason
-
-
-def test_only_auto_on_a_cpu_probes(monkeypatch):
-    def probe(shapes):
-        raise AssertionError("probed")
-    monkeypatch.setattr(devices, "probe_cpu_dtype", probe)
+    readings = itertools.count()
+    monkeypatch.setattr(time, "perf_counter", lambda: (n := next(readings)) * (100.0 if n % 4 < 2 else 1e-3))
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
     cpu = torch.device("cpu")
-    assert devices.choose_training_dtype("float32", cpu, SHAPES) == (torch.float32, "as asked")
-    assert devices.choose_training_dtype("bfloat16", cpu, SHAPES) == (torch.bfloat16, "as asked")
-    monkeypatch.setattr(devices, "probe_cpu_dtype", lambda shapes: (torch.bfloat16, "stub"))
-    assert devices.choose_training_dtype("auto", cpu, SHAPES) == (torch.bfloat16, "auto: stub")
-
-
-def test_probe_shapes_are_the_models_and_capped():
-    assert devices.model_matmul_shapes(768, 128, 65) == [(256, 128, 384), (256, 128, 128), (256, 128, 512),
-                                                          (256, 512, 128), (256, 128, 65)]
-    assert devices.model_matmul_shapes(100, 768, 50304)[-1] == (100, 768, 3072)
-
-
-def test_real_probe_leaves_torchs_random_stream_alone():
-    """The probe runs between the model's initialisation and training: it must not move the dropout stream."""
-    before = torch.get_rng_state()
-    seconds = devices.matmul_probe_seconds(torch.float32, [(8, 16, 32)])
-    assert 0 < seconds < 1
-    assert torch.equal(torch.get_rng_state(), before)
+    chosen = [training_dtype(TrainConfig(dtype="auto", device="cpu"), cpu) for _ in range(6)]
+    assert chosen == [(torch.float32, "auto on cpu; --dtype=bfloat16 trains in bfloat16")] * 6
+    assert training_dtype(TrainConfig(dtype="bfloat16", device="cpu"), cpu) == (torch.bfloat16, "as asked")
+    assert training_dtype(TrainConfig(dtype="float32", device="cpu"), cpu) == (torch.float32, "as asked")
 
 
 def transparent_huge_pages_mode() -> str:
