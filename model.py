@@ -91,8 +91,10 @@ class InputLayer(nn.Module):
             self.register_buffer(name, buffer, persistent=False)
         self.drop = nn.Dropout(config.dropout)
 
-    def reset_token_table(self) -> None:
-        nn.init.normal_(self.wte, mean=0.0, std=0.02)
+    def reset_token_table(self, generator: torch.Generator) -> None:
+        """wte ~ N(0, 0.02^2), drawn on the CPU from generator (any device, meta included, gets the same table)."""
+        with torch.no_grad():
+            self.wte.copy_(torch.randn(self.wte.shape, generator=generator, device="cpu") * 0.02)
 
     def reset_position_table(self) -> None:
         self.encoding.reset_parameters(self)
@@ -293,7 +295,9 @@ class GPT(nn.Module):
         self.input_layer = InputLayer(config)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # Made on meta (nn.Linear would draw a (vocab_size, n_embd) init from torch's stream, then lose it to the tie:
+        # the blocks' initial weights would depend on the vocabulary).
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False, device="meta")
         self.lm_head.weight = self.input_layer.wte  # weight tying: one Parameter, both uses add to its grad
         # A training setting, not part of the architecture (train.py sets it): keep only each Block's input for the
         # backward pass and recompute the Block there, trading about a third more compute for far less memory.
@@ -301,8 +305,10 @@ class GPT(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        # Position parameters last, so the shared weights do not depend on which position encoding is used.
-        self.input_layer.reset_token_table()
+        # The token table from a stream of its own and the position parameters last: the blocks' weights then do
+        # not depend on the vocabulary's size (a tokenizer cell's) or on the position encoding (a position cell's),
+        # nor the token table on the encoding, so the cells of a study really start from the same shared weights.
+        token_table_seed = int(torch.randint(2**62, (), device="cpu"))
         for name, p in self.blocks.named_parameters():
             if name.endswith("c_proj.weight"):  # residual projections, scaled as in GPT-2
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
@@ -316,6 +322,7 @@ class GPT(nn.Module):
         if self.ln_f.bias is not None:
             nn.init.zeros_(self.ln_f.bias)
         self.input_layer.reset_position_table()
+        self.input_layer.reset_token_table(torch.Generator().manual_seed(token_table_seed))
 
     def get_num_params(self, non_embedding: bool = False) -> int:
         """Parameters, the tied head counted once; non_embedding=True leaves out the position parameters (nanoGPT

@@ -383,6 +383,22 @@ def test_initialisation_statistics():
             assert torch.all(p == 1), name
 
 
+@pytest.mark.parametrize("other", [{"vocab_size": 8192}, {"pos_encoding": "rope"}, {"pos_encoding": "t5"}])
+def test_cells_share_the_initial_weights_they_have_in_common(other):
+    """A tokenizer cell (another vocabulary) or a position cell (other position parameters), built under one seed,
+    starts from the same blocks, final LayerNorm and (for one vocabulary) token table as the learned 65-token model."""
+    base = dict(vocab_size=65, block_size=32, n_layer=2, n_head=2, n_embd=32)
+    models = []
+    for changes in ({}, other):
+        torch.manual_seed(7)
+        models.append(GPT(GPTConfig(**{**base, **changes})))
+    first, second = (dict(m.named_parameters()) for m in models)
+    shared = [n for n in first if n.startswith(("blocks.", "ln_f."))]
+    assert len(shared) == 2 * 12 + 2 and all(torch.equal(first[n], second[n]) for n in shared)
+    wte = first["input_layer.wte"], second["input_layer.wte"]
+    assert torch.equal(*wte) == ("vocab_size" not in other)
+
+
 def test_tied_head_is_stored_once(tmp_path):
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=2048, block_size=16, n_layer=1, n_head=2, n_embd=64))
