@@ -45,7 +45,6 @@ import torch
 
 import ablate_plots
 import study_plan
-from checkpoint import load_checkpoint
 from dataset import load_split, resolve_data_dir
 from errors import OptionError, UserError, main_guard
 from model import GPT, GPTConfig
@@ -53,7 +52,7 @@ from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
 from study_eval import eval_lengths, sliding_geometry
 from study_report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
-from study_runs import finished_records, study_records
+from study_runs import finished_records, study_records, with_resolved_dtype
 from tokenizer import read_description
 from train import TrainConfig, build_model
 
@@ -238,7 +237,8 @@ def cell_configs(cells: list[dict], train_config: TrainConfig, model_config: GPT
         if "learning_rate" in cell and "min_lr" not in cell:  # the decay keeps its depth: min_lr / learning_rate
             overrides[TrainConfig]["min_lr"] = train_config.min_lr * cell["learning_rate"] / train_config.learning_rate
         try:
-            configs.append((cell_name(cell), cell_label(cell), replace(train_config, **overrides[TrainConfig]),
+            configs.append((cell_name(cell), cell_label(cell),
+                            with_resolved_dtype(replace(train_config, **overrides[TrainConfig])),
                             replace(model_config, **overrides[GPTConfig])))
         except ValueError as e:
             raise OptionError(f"cell {cell_name(cell)!r}: {e}") from None
@@ -268,15 +268,16 @@ def initial_model(run: dict) -> GPT:
 # ---------------------------------------------------------------------------------------------------- results
 
 
-def position_tables(plan: list[dict]) -> dict | None:
-    """The learned position table of the first learned run, at initialisation and at the end."""
-    learned = next((run for run in plan if run["model_config"].pos_encoding == "learned"), None)
+def position_tables(plan: list[dict], records: list[dict]) -> dict | None:
+    """The learned position table of the first learned run, at initialisation and at the end (from its record)."""
+    learned = next(((run, record) for run, record in zip(plan, records, strict=True)
+                    if run["model_config"].pos_encoding == "learned"), None)
     if learned is None:
         return None
-    final = load_checkpoint(learned["dir"] / CHECKPOINT)
-    return {"cell": learned["variant"], "seed": learned["seed"], "tables": {
-        "at initialisation (step 0)": initial_model(learned).input_layer.wpe.detach().float(),
-        f"after training (step {final['iter_num']})": final["model"]["input_layer.wpe"].float()}}
+    run, record = learned
+    return {"cell": run["variant"], "seed": run["seed"], "tables": {
+        "at initialisation (step 0)": initial_model(run).input_layer.wpe.detach().float(),
+        f"after training (step {record['iter_num']})": torch.tensor(record["eval"]["position_table"])}}
 
 
 def check_before_training(ablate: AblateConfig, plan: list[dict], cells: list[str]) -> None:
@@ -348,6 +349,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     started = time.perf_counter()
     if ablate.threads:
         torch.set_num_threads(ablate.threads)
+    train_config = with_resolved_dtype(train_config)  # one dtype for the study, in study.json and every record
     study_dir = Path(ablate.study_dir)
     cells = study_cells(ablate)
     plan = run_plan(ablate, train_config, model_config, cells)  # every cell checked before anything trains
@@ -406,8 +408,11 @@ def report(study_dir: Path, plan: list[dict], records: list[dict], study: dict, 
     families = study_comparisons(headline, study["cells"], study["lengths"], ablate, study["block_size"],
                                  (study["lr_sweep"] or {}).get("own"))
     budgets = budget_summary(evaluated, study, ablate)
-    headline_plan = [run for run in plan if run["budget"] == study["headline_budget"] and run["role"] == "run"]
-    plots = ablate_plots.plot_all(study_dir, rows, headline, families, study, position_tables(headline_plan),
+    headline_runs = [(run, record) for run, record in zip(plan, records, strict=True)
+                     if run["budget"] == study["headline_budget"] and run["role"] == "run"]
+    headline_plan = [run for run, _ in headline_runs]
+    plots = ablate_plots.plot_all(study_dir, rows, headline, families, study,
+                                  position_tables(headline_plan, [record for _, record in headline_runs]),
                                   ablate.reference or cells[0], budgets)
     write_results(study_dir, rows, families, headline, header_lines(ablate, headline_plan, headline, study), study,
                   plots, budgets)

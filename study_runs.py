@@ -13,8 +13,10 @@ import hashlib
 import json
 import multiprocessing
 import os
+import platform
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +38,7 @@ from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_co
 from study_plan import STABLE, tokens_per_iter
 from study_report import CHECKPOINT
 from tokenizer import read_description
-from train import TrainConfig, train
+from train import TrainConfig, train, training_dtype
 
 if typing.TYPE_CHECKING:
     from ablate import AblateConfig
@@ -48,6 +50,14 @@ OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list
 STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite
 RESULT_FILES = ("results.md", "results.csv", "results.json")
 RUN_RECORDS = ("done.json", "eval.json")
+# What a run's done.json holds, every field needed by a later reuse or by the report; eval.json holds EVAL_FIELDS.
+RECORD_FIELDS = ("variant", "seed", "budget", "role", "tokens_per_iter", "parameters", "iter_num",
+                 "final_val_estimate", "tokens_per_sec", "train_seconds", "evals", "train_losses", "settings",
+                 "checkpoint", "provenance")
+EVAL_FIELDS = ("key", "split", "seconds", "protocols")
+# What git leaves out of a study folder, so that the folder can be committed as it is: its records (JSON, JSONL,
+# logs) are the study's result; checkpoints (~10 MB a run), locks and half-written temp files are not.
+STUDY_GITIGNORE = "# ablate.py: commit a study's records, not its checkpoints and locks\n*.pt\n*.lock\n*.tmp\n"
 
 
 def settings(run: dict) -> dict:
@@ -81,6 +91,32 @@ def read_json(path: Path) -> tuple[dict | None, str]:
     return (value, "") if isinstance(value, dict) else (None, f"a JSON {type(value).__name__}, not an object")
 
 
+def digest(record: dict) -> str:
+    """sha256 of a record's canonical JSON, its own "digest" left out: what tells a record that was written by the
+    study from one edited since (a hand-set iter_num, a changed loss)."""
+    body = {k: v for k, v in record.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def sealed(record: dict) -> str:
+    """The record as its file holds it: its JSON with its digest."""
+    return json.dumps({**record, "digest": digest(record)}, indent=1)
+
+
+def read_record(path: Path, required: tuple[str, ...]) -> tuple[dict | None, str]:
+    """(the record in path, ""); (None, "") when there is none; (None, what is wrong) when it is damaged, was
+    edited after the study wrote it (its digest), or lacks a field the study needs (older code wrote it)."""
+    record, damage = read_json(path)
+    if record is None:
+        return None, damage
+    missing = [name for name in (*required, "digest") if name not in record]
+    if missing:
+        return None, f"it lacks {', '.join(missing)}: written by older code or by hand"
+    if record["digest"] != digest(record):
+        return None, "its contents no longer match its digest: edited after the study wrote it"
+    return record, ""
+
+
 def file_identity(path: Path) -> dict:
     """What identifies a checkpoint: its bytes' sha256 and its size."""
     digest = hashlib.sha256()
@@ -93,12 +129,19 @@ def file_identity(path: Path) -> dict:
 # ---------------------------------------------------------------------------------------------------- the study
 
 
+def with_resolved_dtype(train_config: TrainConfig) -> TrainConfig:
+    """The config with its dtype as the runs train in it ("auto" resolved once, for the device): every run of a
+    study then trains in the dtype its settings name, and a record says which."""
+    dtype, _ = training_dtype(train_config, choose_device(train_config.device))
+    return replace(train_config, dtype=str(dtype).removeprefix("torch."))
+
+
 def study_identity(ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig) -> dict:
     """The settings that change a study's numbers: the study's own (less OPERATIONAL), the base configs the
     cells start from (less what the plan sets per run), and the data."""
     from ablate import PER_RUN  # here, not at the top: ablate imports this module
 
-    base = settings({"train_config": train_config, "model_config": model_config})
+    base = settings({"train_config": with_resolved_dtype(train_config), "model_config": model_config})
     base["train_config"] = {k: v for k, v in base["train_config"].items() if k not in PER_RUN}
     return {"ablate_config": {k: v for k, v in asdict(ablate).items() if k not in OPERATIONAL}, **base}
 
@@ -127,6 +170,8 @@ def claim_study(ablate: "AblateConfig", identity: dict, cells: list[str]) -> Non
         stored, damage = read_json(study_dir / STUDY_FILE)
         if stored != identity:
             replace_study(study_dir, identity, stored, damage, ablate.overwrite)
+        if not (study_dir / ".gitignore").exists():  # one the user wrote or changed is theirs
+            write_atomic(study_dir / ".gitignore", STUDY_GITIGNORE)
 
 
 def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: str, overwrite: bool) -> None:
@@ -182,25 +227,51 @@ def claim(run: dict, stack: contextlib.ExitStack, wait: bool = False) -> str | N
 
 def finished_record(run: dict, overwrite: bool) -> dict | None:
     """The run's done.json when it holds this run, finished; None when the run is to be trained (none there, or
-    --overwrite=True over other settings). A damaged record or checkpoint is refused: retraining would delete it."""
+    --overwrite=True over other settings). The record is enough: its checkpoint may be absent (pruned, or a study
+    folder copied or committed without checkpoints), but one that is present must be the one it recorded. A
+    damaged, edited or incomplete record is refused: retraining would delete it."""
     done_file, checkpoint = run["dir"] / "done.json", run["dir"] / CHECKPOINT
-    record, damage = read_json(done_file)
+    record, damage = read_record(done_file, RECORD_FIELDS)
     if damage:
         raise UserError(f"{done_file} is damaged ({damage}): the run's record is lost; delete {run['dir']} to "
                         "train it again")
     if record is None:
         return None
-    changed = changed_settings(record.get("settings", {}), settings(run))
+    changed = changed_settings(record["settings"], settings(run))
     if changed and not overwrite:
         raise UserError(f"{run['dir']} was trained with other settings or older code ({', '.join(changed)}); "
                         "delete it, give --overwrite=True to train it again, or choose another --study_dir")
     if changed:
         return None
-    identity = file_identity(checkpoint) if checkpoint.is_file() else None
-    if identity is None or record.get("checkpoint", identity) != identity:  # older records lack it: trust those
-        raise UserError(f"{checkpoint} is missing or is not the checkpoint {done_file} recorded; delete "
-                        f"{run['dir']} to train the run again")
+    if checkpoint.is_file() and file_identity(checkpoint) != record["checkpoint"]:
+        raise UserError(f"{checkpoint} is not the checkpoint {done_file} recorded; delete {run['dir']} to train "
+                        "the run again, or remove the checkpoint to keep the record alone")
     return record
+
+
+def provenance(dtype: str, wall_seconds: float) -> dict:
+    """What a run trained on and with: the code's commit (and whether the tree differed from it), torch, the
+    device, the CPU, the threads, the dtype it trained in and its wall time."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                                  cwd=Path(__file__).parent).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    cpu = next((line.split(":", 1)[1].strip() for line in cpu_info().splitlines() if line.startswith("model name")),
+               platform.processor() or platform.machine())
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return {"commit": git("rev-parse", "HEAD") or "unknown", "dirty": bool(git("status", "--porcelain", "-uno")),
+            "torch": torch.__version__, "device": device, "cpu": cpu, "threads": torch.get_num_threads(),
+            "dtype": dtype, "wall_seconds": wall_seconds}
+
+
+def cpu_info() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux
+        return ""
 
 
 def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
@@ -215,7 +286,7 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
     if run["start_from"] is not None:  # a branch: it resumes a copy of the finished run it continues
         with atomic_files(run["dir"] / CHECKPOINT) as (temp,):
             shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
-    stop = threading.Event()
+    stop, started = threading.Event(), time.perf_counter()
     watcher = threading.Thread(target=follow, args=(run["dir"] / "metrics.jsonl", bar, start, stop), daemon=True)
     watcher.start()
     try:
@@ -233,9 +304,12 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
               "iter_num": result["iter_num"], "final_val_estimate": result["evals"][-1]["val_loss"],
               "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run),
-              "checkpoint": file_identity(run["dir"] / CHECKPOINT)}
-    write_atomic(run["dir"] / "done.json", json.dumps(record, indent=1))
-    return record, 0
+              "checkpoint": file_identity(run["dir"] / CHECKPOINT),
+              "provenance": provenance(result["dtype"], time.perf_counter() - started)}
+    if record["provenance"]["dtype"] != run["train_config"].dtype:  # the study resolved it once, before any run
+        raise RuntimeError(f"{run['dir']} trained in {result['dtype']}, not the study's {run['train_config'].dtype}")
+    write_atomic(run["dir"] / "done.json", sealed(record))
+    return {**record, "digest": digest(record)}, 0
 
 
 def latest_logged(metrics_file: Path) -> tuple[int, float | None]:
@@ -265,44 +339,59 @@ def run_evaluation(run: dict, ablate: "AblateConfig") -> "AblateConfig":
     return replace(ablate, **run.get("evaluation", {}))
 
 
-def eval_key(run: dict, ablate: "AblateConfig") -> dict:
-    """What an evaluation depends on: the checkpoint it scored (its bytes), the split, the protocols."""
+def eval_key(run: dict, ablate: "AblateConfig", record: dict) -> dict:
+    """What an evaluation depends on: the checkpoint it scored (the file's bytes; without the file, the one the run's
+    record names), the split, the protocols."""
     ablate = run_evaluation(run, ablate)
     block_size = run["model_config"].block_size
     window, stride = sliding_geometry(ablate, block_size)
     description = read_description(resolve_data_dir(run["train_config"].dataset))
-    return {"checkpoint": CHECKPOINT, "checkpoint_identity": file_identity(run["dir"] / CHECKPOINT),
+    checkpoint = run["dir"] / CHECKPOINT
+    identity = file_identity(checkpoint) if checkpoint.is_file() else record["checkpoint"]
+    return {"checkpoint": CHECKPOINT, "checkpoint_identity": identity,
             "split": run["split"], "split_identity": split_identity(description), "data": description,
             "lengths": eval_lengths(block_size, ablate.eval_multipliers), "protocols": ablate.protocols,
             "window": window, "stride": stride}
 
 
 def cached_eval(run: dict, key: dict) -> dict | None:
-    """eval.json when it holds the evaluation of this checkpoint under key; a damaged one is only a cache of the
-    checkpoint, so it is computed again (and said so)."""
-    cached, damage = read_json(run["dir"] / "eval.json")
+    """eval.json when it holds the evaluation of this run's checkpoint under key. Where the checkpoint is there, a
+    damaged or edited eval.json is only its cache, computed again (and said so); without it, it is refused."""
+    eval_file = run["dir"] / "eval.json"
+    cached, damage = read_record(eval_file, EVAL_FIELDS)
+    if damage and not (run["dir"] / CHECKPOINT).is_file():
+        raise UserError(f"{eval_file} is damaged ({damage}) and the run has no {CHECKPOINT} to evaluate again; "
+                        f"delete {run['dir']} to train it again")
     if damage:
-        print(f"{run['dir'] / 'eval.json'} is damaged ({damage}); evaluating the checkpoint again", file=sys.stderr)
-    return cached if cached is not None and cached.get("key") == key else None
+        print(f"{eval_file} is damaged ({damage}); evaluating the checkpoint again", file=sys.stderr)
+    return cached if cached is not None and cached["key"] == key else None
 
 
-def evaluate_run(run: dict, ablate: "AblateConfig") -> dict:
+def evaluate_run(run: dict, ablate: "AblateConfig", record: dict) -> dict:
     """The run's final model on its whole split (run["split"]: test, or val for a choice) under each protocol
-    and length, with the bytes and characters the scored tokens stand for; cached in eval.json."""
-    key = eval_key(run, ablate)
+    and length, with the bytes and characters the scored tokens stand for (and a learned encoding's final position
+    table, for the report's plot); cached in eval.json."""
+    key = eval_key(run, ablate, record)
     cached = cached_eval(run, key)
     if cached is not None:
         return cached
+    checkpoint = run["dir"] / CHECKPOINT
+    if not checkpoint.is_file():
+        raise UserError(f"{run['dir']} has no {CHECKPOINT} (pruned, or not copied) and no evaluation under these "
+                        f"settings; copy its {CHECKPOINT} back, or delete {run['dir']} to train it again")
     device = choose_device(run["train_config"].device)
     dtype = choose_dtype(run["train_config"].dtype, device)
-    model = read_checkpoint(run["dir"] / CHECKPOINT)[0].to(device)
+    model = read_checkpoint(checkpoint)[0].to(device)
     data = load_split(resolve_data_dir(run["train_config"].dataset), run["split"], max(key["lengths"]))
     started = time.perf_counter()
     protocols = evaluate_model(model, data, key["lengths"], run_evaluation(run, ablate), device, dtype)
     result = {"key": key, "split": run["split"], **target_counts(data, key["data"]),
               "seconds": time.perf_counter() - started, "protocols": protocols}
-    write_atomic(run["dir"] / "eval.json", json.dumps(result))
-    return result
+    if run["model_config"].pos_encoding == "learned" and run["role"] == "run":
+        rows = model.input_layer.wpe.detach().float().cpu().tolist()  # 5 digits: enough for a similarity plot
+        result["position_table"] = [[float(f"{x:.5g}") for x in row] for row in rows]
+    write_atomic(run["dir"] / "eval.json", sealed(result))
+    return {**result, "digest": digest(result)}
 
 
 def finish_run(run: dict, ablate: "AblateConfig", bar: tqdm, start: int) -> tuple[dict | None, int]:
@@ -322,7 +411,7 @@ def finish_run(run: dict, ablate: "AblateConfig", bar: tqdm, start: int) -> tupl
         sys.stdout.flush()
     if run["role"] != STABLE:  # a constant-rate segment is a means to its branches, not a result
         bar.set_postfix_str("evaluating")
-        record["eval"] = evaluate_run(run, ablate)
+        record["eval"] = evaluate_run(run, ablate, record)
     return record, 0
 
 
@@ -452,7 +541,7 @@ def finished_records(plan: list[dict], ablate: "AblateConfig") -> list[dict]:
             if record is not None and run["role"] == STABLE:  # never evaluated
                 records.append(record)
                 continue
-            evaluation = None if record is None else cached_eval(run, eval_key(run, ablate))
+            evaluation = None if record is None else cached_eval(run, eval_key(run, ablate, record))
             if evaluation is None:
                 missing.append(i)
             else:

@@ -595,6 +595,7 @@ def train_loop(run: Run) -> dict:
             "train_losses": train_losses, "step_seconds": step_seconds, "train_seconds": train_seconds,
             "tokens_per_sec": run.tokens_per_iter * len(measured) / sum(measured) if measured else 0.0,
             "interrupted": int(stopped_by), "out_dir": str(run.out_dir),
+            "dtype": str(run.dtype).removeprefix("torch."),
             "model": None if run.sharded else run.model}  # a sharded model holds the process group (end_processes)
 
 

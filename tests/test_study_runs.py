@@ -236,17 +236,18 @@ def test_the_eval_cache_refuses_an_evaluation_of_another_checkpoint(reference, t
     plan = {f"{r['dir'].parent.name}/{r['dir'].name}": r for r in run_plan(ablate_config, train_config, model_config)}
     learned, other = plan[RUNS[0]], plan[RUNS[2]]  # learned, seeds 1337 and 1338
     shutil.copy(other["dir"] / "ckpt.pt", learned["dir"] / "ckpt.pt")  # eval.json is still seed 1337's
-    evaluated = study_runs.evaluate_run(learned, ablate_config)
+    record = json.loads((learned["dir"] / "done.json").read_text())
+    evaluated = study_runs.evaluate_run(learned, ablate_config, record)
     own = json.loads((reference / "study" / RUNS[0] / "eval.json").read_text())
     of_other = json.loads((reference / "study" / RUNS[2] / "eval.json").read_text())
     assert evaluated["protocols"] == of_other["protocols"] != own["protocols"]  # computed again, for this file
     assert evaluated["key"]["checkpoint_identity"] == study_runs.file_identity(other["dir"] / "ckpt.pt")
     # The run's own record names its checkpoint too: reusing the run is refused, nothing rewritten.
-    with pytest.raises(study_runs.UserError, match=r"ckpt.pt is missing or is not the checkpoint .*done.json"):
+    with pytest.raises(study_runs.UserError, match=r"ckpt.pt is not the checkpoint .*done.json"):
         study_runs.finished_record(learned, overwrite=False)
     # And a split of other data (another description) is another key.
     changed = dict(json.loads((reference / "data" / "tokenizer.json").read_text()), val_tokens=1)
-    assert study_runs.eval_key(learned, ablate_config)["data"] != changed
+    assert study_runs.eval_key(learned, ablate_config, record)["data"] != changed
 
 
 def test_another_study_in_the_folder_is_refused_without_overwrite(reference, tmp_path, capsys):
