@@ -55,9 +55,11 @@ RECORD_FIELDS = ("variant", "seed", "budget", "role", "tokens_per_iter", "parame
                  "final_val_estimate", "tokens_per_sec", "train_seconds", "evals", "train_losses", "settings",
                  "checkpoint", "provenance")
 EVAL_FIELDS = ("key", "split", "seconds", "protocols")
-# What git leaves out of a study folder, so that the folder can be committed as it is: its records (JSON, JSONL,
-# logs) are the study's result; checkpoints (~10 MB a run), locks and half-written temp files are not.
-STUDY_GITIGNORE = "# ablate.py: commit a study's records, not its checkpoints and locks\n*.pt\n*.lock\n*.tmp\n"
+# What git leaves out of a study folder, so that the folder can be committed as it is: its records (study.json,
+# each run's done.json and eval.json, the results) are the study's result; checkpoints (~10 MB a run), locks,
+# half-written temp files and each run's logs (its curve is in done.json) are not.
+STUDY_GITIGNORE = ("# ablate.py: commit a study's records, not its checkpoints, locks and logs\n"
+                   "*.pt\n*.lock\n*.tmp\nmetrics.jsonl\ntrain.log\n")
 
 
 def settings(run: dict) -> dict:

@@ -1,17 +1,18 @@
-# The tuning that the position study's sinusoidal and learned cells get, on VAL, at the headline budget of
-# config/ablate_positions_budgets.py, on seeds that study does not use: the sinusoidal table's amplitude, and the
-# learned table's init std (0.01, GPT-2's; 0.02, nanoGPT's), so that both encodings get a sweep. The rule, fixed
-# before the runs: each encoding's lowest mean val loss at L = block_size goes into the position study.
+# Stage 1a of the character-level position study (docs/positions/README.md): the sinusoidal table's amplitude,
+# chosen on VAL before the headline runs, on seeds the headline never uses. 5 amplitudes x 2 seeds, one wsd budget
+# of 2000 steps (a constant-rate run to 1600 and its decay to 2000): 20,000 steps of the baby model.
+# The rule, fixed here before any run: the amplitude with the lowest mean val loss at L = block_size
+# (nonoverlapping) goes into config/ablate_positions_budgets.py as "the picked sinusoidal".
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
-# python ablate.py config/ablate_positions_amplitude.py
+# python ablate.py config/ablate_positions_amplitude.py --jobs=2
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
-study_dir = "out-ablate-positions-amplitude"
-variants = ["learned learned_init_std=0.01", "learned learned_init_std=0.02"]
-grid = "pos_encoding=sinusoidal; sinusoidal_amplitude=0.005,0.02,0.05,0.1,0.3"
-seeds = 3
-first_seed = 2001  # the position study uses 1337..
+study_dir = "docs/positions_amplitude"  # its records are committed there (checkpoints are not)
+variants = []
+grid = "pos_encoding=sinusoidal; sinusoidal_amplitude=0.02,0.05,0.1,0.2,0.3"
+seeds = 2
+first_seed = 2001  # the headline uses 1337.., the learning-rate sweep 3001..
 eval_split = "val"  # a choice is made here: never on the test split
-budgets = [4000]  # the position study's headline budget
+budgets = [2000]
 eval_multipliers = [1.0, 4.0]
 protocols = ["nonoverlapping"]
 equivalence_margin = 0.0  # a choice by the rule above, not a comparison
@@ -19,5 +20,5 @@ reference = ""  # the first cell
 sliding_window = 0  # no sliding protocol here
 sliding_stride = 0
 
-max_iters = 4000
-lr_decay_iters = 4000
+max_iters = 2000
+lr_decay_iters = 2000

@@ -352,7 +352,7 @@ def test_rerun_skips_finished_runs_and_refuses_changed_ones(study, tmp_path, mon
     done = copy / "learned" / "seed1337" / "done.json"
     record = json.loads(done.read_text())
     del record["settings"]["model_config"]["bias"]
-    done.write_text(json.dumps(record))
+    done.write_text(study_runs.sealed(record))  # as older code wrote it, whole: its digest matches
     with pytest.raises(ValueError, match="learned.*bias"):
         run_study(ablate_config, train_config, model_config)
     assert calls == [str(copy / "none" / "seed1338")]
