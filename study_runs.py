@@ -9,6 +9,7 @@ crashed or was stopped) is trained again from scratch by the next process that c
 """
 
 import contextlib
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -252,8 +253,19 @@ def finished_record(run: dict, overwrite: bool) -> dict | None:
 
 
 def provenance(dtype: str, wall_seconds: float) -> dict:
-    """What a run trained on and with: the code's commit (and whether the tree differed from it), torch, the
-    device, the CPU, the threads, the dtype it trained in and its wall time."""
+    """What a run trained on and with: the code's commit (and whether the tree differed from it) when the study
+    started, torch, the device, the CPU, the threads, the dtype it trained in and its wall time."""
+    cpu = next((line.split(":", 1)[1].strip() for line in cpu_info().splitlines() if line.startswith("model name")),
+               platform.processor() or platform.machine())
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return {**code_version(), "torch": torch.__version__, "device": device, "cpu": cpu,
+            "threads": torch.get_num_threads(), "dtype": dtype, "wall_seconds": wall_seconds}
+
+
+@functools.cache
+def code_version() -> dict:
+    """The commit of the code this process runs and whether tracked files differed from it, read once (the study
+    and each --jobs worker call it first): a commit made while a study runs is not the code its runs trained with."""
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
@@ -261,12 +273,7 @@ def provenance(dtype: str, wall_seconds: float) -> dict:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    cpu = next((line.split(":", 1)[1].strip() for line in cpu_info().splitlines() if line.startswith("model name")),
-               platform.processor() or platform.machine())
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    return {"commit": git("rev-parse", "HEAD") or "unknown", "dirty": bool(git("status", "--porcelain", "-uno")),
-            "torch": torch.__version__, "device": device, "cpu": cpu, "threads": torch.get_num_threads(),
-            "dtype": dtype, "wall_seconds": wall_seconds}
+    return {"commit": git("rev-parse", "HEAD") or "unknown", "dirty": bool(git("status", "--porcelain", "-uno"))}
 
 
 def cpu_info() -> str:
@@ -470,6 +477,7 @@ def stop_by_exception(signum: int, frame) -> None:
 def job(plan: list[dict], ablate: "AblateConfig", threads: int) -> None:
     """One of --jobs processes: finishes every run that no other process holds, on its share of the threads."""
     torch.set_num_threads(threads)
+    code_version()  # before any run: the code this worker imported
     signal.signal(signal.SIGTERM, stop_by_exception)
     try:
         stopped_by = take_free_runs(plan, ablate, {}, False, tqdm(disable=True), 0)
@@ -561,6 +569,7 @@ def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainC
     (records, 0) to report; (None, 0) after --list_runs or --run_index, which report nothing; ([], the signal)
     when one stopped the study. A study with a learning-rate sweep calls this once per stage."""
     check_modes(plan, ablate)
+    code_version()  # before any run: the code this process imported
     if ablate.list_runs:
         print(list_runs(plan))
         return None, 0
