@@ -50,6 +50,7 @@ from errors import OptionError, UserError, main_guard
 from model import GPT, GPTConfig
 from options import convert_value, parse_options
 from paired_stats import CONFIDENCE
+from study_cost import OutOfTime, parse_time_limit
 from study_eval import eval_lengths, sliding_geometry
 from study_report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
 from study_runs import finished_records, study_records, with_resolved_dtype
@@ -93,7 +94,9 @@ class AblateConfig:
     jobs: int = 1  # runs trained at once, each in its own process on its share of the CPUs (or --threads)
     run_index: int = -1  # train and evaluate only run number K of the plan (a job array's task); -1: all
     report_only: bool = False  # report from the runs on disk, training nothing; unfinished runs are an error
-    list_runs: bool = False  # print the plan's runs (their numbers for --run_index) and stop
+    list_runs: bool = False  # print the plan's runs (numbers for --run_index), steps and estimated time, and stop
+    time_limit: str = ""  # e.g. 90m, 1.5h: start no run estimated to end later, then stop; "": no limit
+    keep_checkpoints: bool = True  # False: remove each run's checkpoints once evaluated and no run starts from it
     overwrite: bool = False  # replace the results of another study in study_dir (its runs are kept)
 
     def __post_init__(self) -> None:
@@ -132,6 +135,10 @@ class AblateConfig:
         if self.jobs < 1 or self.run_index < -1 or (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
             raise ValueError(f"jobs={self.jobs} (at least 1), run_index={self.run_index} (-1: all) and report_only="
                              f"{self.report_only}: choose one of --jobs, --run_index and --report_only")
+        parse_time_limit(self.time_limit)  # a malformed limit is one line before anything runs
+        if self.time_limit and self.run_index >= 0:
+            raise ValueError(f"time_limit={self.time_limit!r} applies to a whole study or --jobs, not to "
+                             f"run_index={self.run_index} (a job array's task has its scheduler's limit)")
         if self.eval_split not in SPLITS:
             raise ValueError(f"eval_split={self.eval_split!r} must be one of {', '.join(SPLITS)}")
         if not self.variants and not self.grid:
@@ -261,7 +268,9 @@ def initial_model(run: dict) -> GPT:
     """The model a run starts from, rebuilt exactly as train() builds it (same seed, same code path)."""
     description = read_description(resolve_data_dir(run["train_config"].dataset))
     torch.manual_seed(run["seed"])
-    model, _ = build_model(run["train_config"], replace(run["model_config"]), description)
+    # From scratch even for a branch (whose config resumes its start's checkpoint): step 0 of its seed.
+    model, _ = build_model(replace(run["train_config"], init_from="scratch"), replace(run["model_config"]),
+                           description)
     return model
 
 
@@ -431,6 +440,9 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, stop)
     try:
         result = run_study(ablate, train_config, model_config)
+    except OutOfTime as e:
+        print(e)  # every finished run is recorded: not an error
+        return
     except KeyboardInterrupt:
         result = {"interrupted": received[0] if received else signal.SIGINT}
         print("interrupted: finished runs are kept; run the same command again to continue", file=sys.stderr)

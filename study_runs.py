@@ -29,12 +29,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from checkpoint import read_checkpoint
+from checkpoint import load_checkpoint, read_checkpoint
 from dataset import load_split, resolve_data_dir, split_identity
 from devices import choose_device, choose_dtype
 from errors import OptionError, UserError
 from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
 from model import GPTConfig
+from study_cost import OutOfTime, TimeBox, parse_time_limit, plan_view, run_estimates
 from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_counts
 from study_plan import STABLE, tokens_per_iter
 from study_report import CHECKPOINT
@@ -47,7 +48,7 @@ if typing.TYPE_CHECKING:
 NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode")  # change no number
 # AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
 OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list_runs", "overwrite",
-               "eval_batch_size", "reference")
+               "eval_batch_size", "reference", "time_limit", "keep_checkpoints")
 STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite
 RESULT_FILES = ("results.md", "results.csv", "results.json")
 RUN_RECORDS = ("done.json", "eval.json")
@@ -120,13 +121,29 @@ def read_record(path: Path, required: tuple[str, ...]) -> tuple[dict | None, str
     return record, ""
 
 
-def file_identity(path: Path) -> dict:
-    """What identifies a checkpoint: its bytes' sha256 and its size."""
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return {"sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+def checkpoint_identity(path: Path) -> dict:
+    """What identifies a checkpoint's training state, wherever it was written: a sha256 over its weights, optimizer
+    and random states and step, in a fixed order. Not its file's bytes: those hold the run's folder (its config's
+    out_dir), so the same training in another folder, or a checkpoint trained again, would differ."""
+    state = load_checkpoint(path)
+    found = hashlib.sha256()
+
+    def add(value) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value, key=str):
+                found.update(repr(key).encode())
+                add(value[key])
+        elif isinstance(value, list | tuple):
+            for item in value:
+                add(item)
+        elif isinstance(value, torch.Tensor):
+            found.update(f"{value.dtype}{tuple(value.shape)}".encode())
+            found.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            found.update(repr(value).encode())
+
+    add({key: state[key] for key in ("model", "optimizer", "rng", "iter_num", "best_val_loss")})
+    return {"sha256": found.hexdigest(), "of": "weights, optimizer and random states, step"}
 
 
 # ---------------------------------------------------------------------------------------------------- the study
@@ -209,11 +226,6 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def list_runs(plan: list[dict]) -> str:
-    lines = [f"{i}\t{run['variant']}\tseed {run['seed']}\t{run['dir']}" for i, run in enumerate(plan)]
-    return "\n".join([*lines, f"{len(plan)} runs: --run_index=0..{len(plan) - 1} (sbatch --array=0-{len(plan) - 1})"])
-
-
 # ---------------------------------------------------------------------------------------------------- one run
 
 
@@ -246,7 +258,7 @@ def finished_record(run: dict, overwrite: bool) -> dict | None:
                         "delete it, give --overwrite=True to train it again, or choose another --study_dir")
     if changed:
         return None
-    if checkpoint.is_file() and file_identity(checkpoint) != record["checkpoint"]:
+    if checkpoint.is_file() and checkpoint_identity(checkpoint) != record["checkpoint"]:
         raise UserError(f"{checkpoint} is not the checkpoint {done_file} recorded; delete {run['dir']} to train "
                         "the run again, or remove the checkpoint to keep the record alone")
     return record
@@ -283,28 +295,21 @@ def cpu_info() -> str:
         return ""
 
 
-def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
+def train_run(run: dict, plan: list[dict], bar: tqdm, start: int) -> tuple[dict | None, int]:
     """Train one run from scratch (the caller holds its lock): (its record, 0), or (None, the signal) when
-    Ctrl-C or SIGTERM stopped it."""
+    Ctrl-C or SIGTERM stopped it. A branch whose start's checkpoint is not there has it trained again first."""
+    if run["start_from"] is not None:
+        stopped_by = rebuild_checkpoint({r["dir"]: r for r in plan}[run["start_from"]], plan, bar, start)
+        if stopped_by:
+            return None, stopped_by
     try:
         if run["dir"].exists():
             shutil.rmtree(run["dir"])  # an unfinished run starts again from scratch
         run["dir"].mkdir(parents=True)
     except OSError as e:
         raise UserError(f"cannot empty {run['dir']} to train it again: {e.strerror or e}") from None
-    if run["start_from"] is not None:  # a branch: it resumes a copy of the finished run it continues
-        with atomic_files(run["dir"] / CHECKPOINT) as (temp,):
-            shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
-    stop, started = threading.Event(), time.perf_counter()
-    watcher = threading.Thread(target=follow, args=(run["dir"] / "metrics.jsonl", bar, start, stop), daemon=True)
-    watcher.start()
-    try:
-        # train() prints its eval lines; they go to the run's train.log so that the terminal keeps one bar.
-        with (run["dir"] / "train.log").open("w") as log, contextlib.redirect_stdout(log):
-            result = train(run["train_config"], replace(run["model_config"]))
-    finally:
-        stop.set()
-        watcher.join()
+    started = time.perf_counter()
+    result = train_in(run, run["dir"], bar, start)
     if result["interrupted"]:
         return None, result["interrupted"]
     record = {"variant": run["variant"], "seed": run["seed"], "budget": run["budget"], "role": run["role"],
@@ -313,12 +318,57 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
               "iter_num": result["iter_num"], "final_val_estimate": result["evals"][-1]["val_loss"],
               "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run),
-              "checkpoint": file_identity(run["dir"] / CHECKPOINT),
+              "checkpoint": checkpoint_identity(run["dir"] / CHECKPOINT),
               "provenance": provenance(result["dtype"], time.perf_counter() - started)}
     if record["provenance"]["dtype"] != run["train_config"].dtype:  # the study resolved it once, before any run
         raise RuntimeError(f"{run['dir']} trained in {result['dtype']}, not the study's {run['train_config'].dtype}")
     write_atomic(run["dir"] / "done.json", sealed(record))
     return {**record, "digest": digest(record)}, 0
+
+
+def train_in(run: dict, folder: Path, bar: tqdm, start: int) -> dict:
+    """train()'s result for the run trained in folder (empty; a branch resumes a copy of its start's checkpoint),
+    its eval lines in folder/train.log so that the terminal keeps one bar, which follows its metrics.jsonl."""
+    if run["start_from"] is not None:
+        with atomic_files(folder / CHECKPOINT) as (temp,):
+            shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
+    stop = threading.Event()
+    watcher = threading.Thread(target=follow, args=(folder / "metrics.jsonl", bar, start, stop), daemon=True)
+    watcher.start()
+    try:
+        with (folder / "train.log").open("w") as log, contextlib.redirect_stdout(log):
+            return train(replace(run["train_config"], out_dir=str(folder)), replace(run["model_config"]))
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def rebuild_checkpoint(run: dict, plan: list[dict], bar: tqdm, start: int) -> int:
+    """Make sure a finished run's checkpoint is there for the runs that start from it: one pruned or never copied
+    (records alone continue a study) is trained again, after its own start's, in a temporary folder beside it, and
+    taken only if its bytes are those its record names (training is deterministic on one machine and torch). 0, or
+    the signal that stopped it."""
+    if (run["dir"] / CHECKPOINT).is_file():
+        return 0
+    if run["start_from"] is not None:
+        stopped_by = rebuild_checkpoint({r["dir"]: r for r in plan}[run["start_from"]], plan, bar, start)
+        if stopped_by:
+            return stopped_by
+    with contextlib.ExitStack() as stack:
+        claim(run, stack, wait=True)
+        record, damage = read_record(run["dir"] / "done.json", RECORD_FIELDS)
+        if (run["dir"] / CHECKPOINT).is_file() or record is None:  # rebuilt by another process, or never finished
+            return 0
+        with tempfile.TemporaryDirectory(dir=run["dir"].parent, prefix=f"{run['dir'].name}.rebuild") as folder:
+            result = train_in(run, Path(folder), bar, start)
+            if result["interrupted"]:
+                return result["interrupted"]
+            if checkpoint_identity(Path(folder) / CHECKPOINT) != record["checkpoint"]:
+                raise UserError(f"{run['dir'] / CHECKPOINT} is not there and training it again gave another state "
+                                f"than its record names (trained on {record['provenance']['cpu']}, torch "
+                                f"{record['provenance']['torch']}); copy the checkpoint in, or continue there")
+            os.replace(Path(folder) / CHECKPOINT, run["dir"] / CHECKPOINT)
+    return 0
 
 
 def latest_logged(metrics_file: Path) -> tuple[int, float | None]:
@@ -356,7 +406,7 @@ def eval_key(run: dict, ablate: "AblateConfig", record: dict) -> dict:
     window, stride = sliding_geometry(ablate, block_size)
     description = read_description(resolve_data_dir(run["train_config"].dataset))
     checkpoint = run["dir"] / CHECKPOINT
-    identity = file_identity(checkpoint) if checkpoint.is_file() else record["checkpoint"]
+    identity = checkpoint_identity(checkpoint) if checkpoint.is_file() else record["checkpoint"]
     return {"checkpoint": CHECKPOINT, "checkpoint_identity": identity,
             "split": run["split"], "split_identity": split_identity(description), "data": description,
             "lengths": eval_lengths(block_size, ablate.eval_multipliers), "protocols": ablate.protocols,
@@ -403,14 +453,14 @@ def evaluate_run(run: dict, ablate: "AblateConfig", record: dict) -> dict:
     return {**result, "digest": digest(result)}
 
 
-def finish_run(run: dict, ablate: "AblateConfig", bar: tqdm, start: int) -> tuple[dict | None, int]:
+def finish_run(run: dict, plan: list[dict], ablate: "AblateConfig", bar: tqdm, start: int) -> tuple[dict | None, int]:
     """The run's record with its evaluation, training it first unless finished (the caller holds its lock);
     (None, the signal) when one stopped it."""
     if run["dir"].is_dir():
         remove_stale_temps(run["dir"], RUN_RECORDS)  # left by a kill -9 during a write
     record = finished_record(run, ablate.overwrite)
     if record is None:
-        record, stopped_by = train_run(run, bar, start)
+        record, stopped_by = train_run(run, plan, bar, start)
         if record is None:
             return None, stopped_by
         # The line and its newline in one write: --jobs workers share the parent's stdout, a pipe, and with Python
@@ -428,11 +478,14 @@ def finish_run(run: dict, ablate: "AblateConfig", bar: tqdm, start: int) -> tupl
 
 
 def take_free_runs(plan: list[dict], ablate: "AblateConfig", records: dict[int, dict], wait: bool, bar: tqdm,
-                   max_iters: int) -> int:
+                   max_iters: int, time_box: TimeBox | None = None) -> int:
     """Finish every run of plan not yet in records that no other process holds (wait: and then those, once
-    their holder lets go), adding them to records; 0, or the signal that stopped a training."""
+    their holder lets go), adding them to records; 0, or the signal that stopped a training. A time box starts no
+    run estimated to end past it (nor a branch of a run not finished)."""
     for i, run in enumerate(plan):
-        if i in records or (not wait and unfinished_start(run)):
+        if i in records or ((not wait or time_box) and unfinished_start(run)):
+            continue
+        if time_box is not None and not time_box.allows(i):
             continue
         with contextlib.ExitStack() as stack:
             holder = claim(run, stack)
@@ -443,13 +496,28 @@ def take_free_runs(plan: list[dict], ablate: "AblateConfig", records: dict[int, 
                 bar.set_description(f"{label}: waiting for process {holder}")
                 claim(run, stack, wait=True)
             bar.set_description(label)
-            record, stopped_by = finish_run(run, ablate, bar, i * max_iters)
+            record, stopped_by = finish_run(run, plan, ablate, bar, i * max_iters)
             if record is None:
                 print(f"interrupted: {run['dir']} is unfinished and will start again on the next run of ablate.py")
                 return stopped_by
             records[i] = record
             bar.n = (i + 1) * max_iters  # a time budget can end a run early
+        if not ablate.keep_checkpoints:
+            prune_checkpoints(plan, run)
     return 0
+
+
+def prune_checkpoints(plan: list[dict], finished: dict) -> None:
+    """--keep_checkpoints=False: remove the checkpoints of the just-finished run and of the run it continues, each
+    once no run of the plan still needs it (every run that starts from it finished) and no process holds it. A run
+    whose checkpoint is gone keeps its record and evaluation, which is all that reuse and the report need."""
+    for run in [finished, *(r for r in plan if r["dir"] == finished["start_from"])]:
+        if any(not (other["dir"] / "done.json").is_file() for other in plan if other["start_from"] == run["dir"]):
+            continue  # a branch or a later segment still copies it
+        with contextlib.ExitStack() as stack:
+            if claim(run, stack) is None:  # not being evaluated by another process
+                for name in (CHECKPOINT, "best.pt"):
+                    (run["dir"] / name).unlink(missing_ok=True)
 
 
 def unfinished_start(run: dict) -> bool:
@@ -458,15 +526,19 @@ def unfinished_start(run: dict) -> bool:
     return run["start_from"] is not None and not (run["start_from"] / "done.json").is_file()
 
 
-def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> tuple[list[dict], int]:
-    """Every run's record with its evaluation, in plan order, and 0; or ([], the signal) when one stopped it.
-    Runs that another process holds are skipped at first and waited for at the end."""
+def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool,
+                       time_box: TimeBox | None) -> tuple[list[dict], int]:
+    """Every run's record with its evaluation, in plan order, and 0; or ([], the signal) when one stopped it; or
+    OutOfTime when the time box left runs unstarted. Runs that another process holds are skipped at first and
+    waited for at the end."""
     records: dict[int, dict] = {}
     with tqdm(total=len(plan) * max_iters, unit="step", dynamic_ncols=True, disable=not show) as bar:
         for wait in (False, True):
-            stopped_by = take_free_runs(plan, ablate, records, wait, bar, max_iters)
+            stopped_by = take_free_runs(plan, ablate, records, wait, bar, max_iters, time_box)
             if stopped_by:
                 return [], stopped_by
+    if len(records) < len(plan):
+        raise OutOfTime(len(records), len(plan))
     return [records[i] for i in range(len(plan))], 0
 
 
@@ -474,13 +546,13 @@ def stop_by_exception(signum: int, frame) -> None:
     raise KeyboardInterrupt  # out of an evaluation or a wait; train() handles the signals itself while it runs
 
 
-def job(plan: list[dict], ablate: "AblateConfig", threads: int) -> None:
+def job(plan: list[dict], ablate: "AblateConfig", threads: int, time_box: TimeBox | None) -> None:
     """One of --jobs processes: finishes every run that no other process holds, on its share of the threads."""
     torch.set_num_threads(threads)
     code_version()  # before any run: the code this worker imported
     signal.signal(signal.SIGTERM, stop_by_exception)
     try:
-        stopped_by = take_free_runs(plan, ablate, {}, False, tqdm(disable=True), 0)
+        stopped_by = take_free_runs(plan, ablate, {}, False, tqdm(disable=True), 0, time_box)
     except KeyboardInterrupt:
         stopped_by = signal.SIGTERM
     except UserError:
@@ -488,12 +560,12 @@ def job(plan: list[dict], ablate: "AblateConfig", threads: int) -> None:
     sys.exit(128 + stopped_by if stopped_by else 0)
 
 
-def run_jobs(plan: list[dict], ablate: "AblateConfig") -> None:
+def run_jobs(plan: list[dict], ablate: "AblateConfig", time_box: TimeBox | None) -> None:
     """Train and evaluate the plan in --jobs processes at once; a signal to this process stops them all. What
     a failed job left is for the caller's train_and_evaluate, which reads back the rest."""
     threads = ablate.threads or max(1, usable_cpus() // ablate.jobs)
     context = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked torch thread pools
-    workers = [context.Process(target=job, args=(plan, ablate, threads)) for _ in range(ablate.jobs)]
+    workers = [context.Process(target=job, args=(plan, ablate, threads, time_box)) for _ in range(ablate.jobs)]
     for worker in workers:
         worker.start()
     try:
@@ -529,11 +601,11 @@ def train_one(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bo
         for start in starts:
             with contextlib.ExitStack() as start_stack:
                 claim(start, start_stack, wait=True)
-                record, stopped_by = finish_run(start, ablate, bar, 0)
+                record, stopped_by = finish_run(start, plan, ablate, bar, 0)
             if record is None:
                 break
         else:
-            record, stopped_by = finish_run(run, ablate, bar, 0)
+            record, stopped_by = finish_run(run, plan, ablate, bar, 0)
     if record is None:
         print("interrupted: the run is unfinished and will start again on the next run of ablate.py")
     return stopped_by
@@ -571,8 +643,10 @@ def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainC
     check_modes(plan, ablate)
     code_version()  # before any run: the code this process imported
     if ablate.list_runs:
-        print(list_runs(plan))
+        print(plan_view(plan, run_estimates(plan, ablate, records_on_disk(plan, ablate)), ablate.jobs))
         return None, 0
+    limit = parse_time_limit(ablate.time_limit)
+    started = time.time()
     claim_study(ablate, study_identity(ablate, train_config, model_config), cells)
     for run in [plan[ablate.run_index]] if ablate.run_index >= 0 else plan:
         finished_record(run, ablate.overwrite)  # a damaged or mismatched record stops the study before any training
@@ -582,6 +656,19 @@ def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainC
     if ablate.run_index >= 0:
         stopped_by = train_one(plan, ablate, max_iters, show)
         return ([], stopped_by) if stopped_by else (None, 0)
+    time_box = TimeBox(started + limit, run_estimates(plan, ablate, records_on_disk(plan, ablate))) if limit else None
     if ablate.jobs > 1:
-        run_jobs(plan, ablate)
-    return train_and_evaluate(plan, ablate, max_iters, show)
+        run_jobs(plan, ablate, time_box)
+    return train_and_evaluate(plan, ablate, max_iters, show, time_box)
+
+
+def records_on_disk(plan: list[dict], ablate: "AblateConfig") -> list[dict | None]:
+    """Each run's finished record, with "eval" where its evaluation under the study's settings is there; None for
+    a run not finished. For estimates: nothing is locked, trained or written."""
+    found = []
+    for run in plan:
+        record = finished_record(run, ablate.overwrite) if run["dir"].is_dir() else None
+        evaluation = None if record is None or run["role"] == STABLE else cached_eval(run, eval_key(run, ablate,
+                                                                                                  record))
+        found.append(None if record is None else {**record, **({"eval": evaluation} if evaluation else {})})
+    return found

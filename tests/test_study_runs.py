@@ -241,7 +241,7 @@ def test_the_eval_cache_refuses_an_evaluation_of_another_checkpoint(reference, t
     own = json.loads((reference / "study" / RUNS[0] / "eval.json").read_text())
     of_other = json.loads((reference / "study" / RUNS[2] / "eval.json").read_text())
     assert evaluated["protocols"] == of_other["protocols"] != own["protocols"]  # computed again, for this file
-    assert evaluated["key"]["checkpoint_identity"] == study_runs.file_identity(other["dir"] / "ckpt.pt")
+    assert evaluated["key"]["checkpoint_identity"] == study_runs.checkpoint_identity(other["dir"] / "ckpt.pt")
     # The run's own record names its checkpoint too: reusing the run is refused, nothing rewritten.
     with pytest.raises(study_runs.UserError, match=r"ckpt.pt is not the checkpoint .*done.json"):
         study_runs.finished_record(learned, overwrite=False)

@@ -1,0 +1,136 @@
+"""What a study's runs cost before they run: each run's steps and estimated seconds on this machine, from the runs
+of the study already finished (their records' times) or, before the first, a short timed probe of the study's own
+model through train.train(); the plan view (--list_runs) and the time box (--time_limit) read these estimates.
+
+A step's time comes from finished training runs (median seconds per step trained); an evaluation's from finished
+evaluations (median seconds per token forwarded), else from the step's: a forward pass is about a third of a
+training step's work per token. Estimates are of one process: with --jobs=N the study's wall time is about their
+sum over N, where N processes on N cores each run at the speed of one (docs/study_method.md says how close).
+"""
+
+import contextlib
+import io
+import math
+import re
+import statistics
+import tempfile
+import time
+import typing
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from dataset import resolve_data_dir
+from errors import OptionError
+from study_eval import protocol_window, sliding_geometry
+from study_plan import STABLE, tokens_per_iter
+from tokenizer import read_description
+from train import train
+
+if typing.TYPE_CHECKING:
+    from ablate import AblateConfig
+
+PROBE_STEPS = 20  # timed steps of the probe (its first, with warm-up, is left out by train())
+UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_time_limit(text: str) -> float:
+    """--time_limit as seconds: "90m", "1.5h", "600s"; "" is no limit (0)."""
+    if not text:
+        return 0.0
+    found = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh])\s*", text)
+    if not found or float(found[1]) <= 0 or not math.isfinite(float(found[1])):
+        raise OptionError(f"time_limit={text!r} must be a positive number with s, m or h: --time_limit=90m")
+    return float(found[1]) * UNITS[found[2]]
+
+
+def steps_to_train(run: dict, by_dir: dict[Path, dict]) -> int:
+    """Steps the run trains itself: a branch or segment starts where the run it continues ended."""
+    start = by_dir[run["start_from"]]["train_config"].max_iters if run["start_from"] is not None else 0
+    return run["train_config"].max_iters - start
+
+
+def forward_tokens(run: dict, ablate: "AblateConfig") -> float:
+    """Tokens the run's evaluation forwards (0 for a constant-rate segment, never evaluated): its split once per
+    length and protocol, a sliding window's overlap counted again."""
+    if run["role"] == STABLE:
+        return 0.0
+    evaluation = replace(ablate, **run.get("evaluation", {}))
+    block_size = run["model_config"].block_size
+    window, stride = sliding_geometry(evaluation, block_size)
+    tokens = read_description(resolve_data_dir(run["train_config"].dataset))[f"{run['split']}_tokens"]
+    total = 0.0
+    for protocol in evaluation.protocols:
+        for multiplier in evaluation.eval_multipliers:
+            length = max(1, round(block_size * multiplier))
+            overlap = window / stride if protocol_window(protocol, length, window) < length else 1.0
+            total += tokens * overlap
+    return total
+
+
+def probe_step_seconds(run: dict) -> float:
+    """Seconds per training step of the run's model and batches, timed by train() in a temporary folder."""
+    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(io.StringIO()):
+        config = replace(run["train_config"], out_dir=folder, init_from="scratch", max_iters=PROBE_STEPS + 1,
+                         lr_decay_iters=PROBE_STEPS + 1, warmup_iters=1, eval_interval=10**9, eval_iters=1,
+                         progress=False, wandb_log=False)
+        result = train(config, replace(run["model_config"]))
+    return statistics.median(result["step_seconds"][1:])
+
+
+def run_estimates(plan: list[dict], ablate: "AblateConfig", finished: list[dict | None]) -> list[float]:
+    """Estimated seconds each run still needs (0 for one finished and evaluated: finished[i] is its record, with
+    "eval" where it has one). Timings come from the finished runs, else from a probe."""
+    by_dir = {run["dir"]: run for run in plan}
+    trained = [(r["train_seconds"], steps_to_train(run, by_dir)) for run, r in zip(plan, finished, strict=True) if r]
+    per_step = [seconds / steps for seconds, steps in trained if steps > 0]
+    step_seconds = statistics.median(per_step) if per_step else None
+    scored = [(r["eval"]["seconds"], forward_tokens(run, ablate)) for run, r in zip(plan, finished, strict=True)
+              if r and "eval" in r]
+    per_token = [seconds / tokens for seconds, tokens in scored if tokens > 0]
+    estimates = []
+    for run, record in zip(plan, finished, strict=True):
+        done = record is not None and (run["role"] == STABLE or "eval" in record)
+        if done:
+            estimates.append(0.0)
+            continue
+        if step_seconds is None:
+            step_seconds = probe_step_seconds(run)
+        token_seconds = statistics.median(per_token) if per_token else step_seconds / (
+            3 * tokens_per_iter(run["train_config"], run["model_config"]))
+        train_part = 0 if record is not None else steps_to_train(run, by_dir) * step_seconds
+        estimates.append(train_part + forward_tokens(run, ablate) * token_seconds)
+    return estimates
+
+
+def plan_view(plan: list[dict], estimates: list[float], jobs: int) -> str:
+    """--list_runs: each run with its steps and estimate, and the stage's total on this machine with --jobs."""
+    by_dir = {run["dir"]: run for run in plan}
+    lines = [f"{i}\t{run['variant']}\tseed {run['seed']}\t{run['dir']}\t"
+             + ("finished" if seconds == 0 else f"{steps_to_train(run, by_dir)} steps, ~{seconds / 60:.1f} min")
+             for i, (run, seconds) in enumerate(zip(plan, estimates, strict=True))]
+    left = [i for i, seconds in enumerate(estimates) if seconds > 0]
+    steps = sum(steps_to_train(plan[i], by_dir) for i in left)
+    total = sum(estimates)
+    return "\n".join([*lines, f"{len(plan)} runs: --run_index=0..{len(plan) - 1} (sbatch --array=0-{len(plan) - 1})",
+                      f"{len(plan) - len(left)} finished, {len(left)} to run: {steps:,} steps, about "
+                      f"{total / 60:.0f} min of one process, {total / 60 / jobs:.0f} min with --jobs={jobs}"])
+
+
+class OutOfTime(Exception):
+    """The time box left runs unstarted: every finished run is recorded, the rest wait for the next sitting."""
+
+    def __init__(self, finished: int, total: int):
+        super().__init__(f"time limit reached: {finished} of {total} runs finished, {total - finished} left for the "
+                         "next sitting; run the same command again to continue")
+
+
+@dataclass(frozen=True)
+class TimeBox:
+    """--time_limit: the wall-clock time (time.time()) by which started runs must end, and each run's estimate."""
+
+    deadline: float
+    estimates: list[float]
+
+    def allows(self, index: int) -> bool:
+        """Whether run index, started now, is estimated to finish in time."""
+        return time.time() + self.estimates[index] <= self.deadline

@@ -1,0 +1,208 @@
+"""A study's records are its result: a study stopped by its time box and continued from its records alone (no
+checkpoint, as a repository holds it) in another folder, or gathered from two array tasks' folders, reports what
+one uninterrupted study reports; pruning keeps every checkpoint a branch still needs; an edited or incomplete
+record is refused in one line; every record names the one dtype the study trains in.
+
+The tiny study has wsd budgets (a constant-rate run per cell and seed, a branch per budget), so that records
+without checkpoints meet branches whose start must be trained again.
+"""
+
+import fnmatch
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_ablate import corpus
+from test_faults import assert_one_line_error, cli
+
+import ablate
+import study_cost
+import study_runs
+from ablate import AblateConfig, run_study
+from dataset import prepare
+from model import GPTConfig
+from train import TrainConfig
+
+STUDY = dict(variants="learned,none", seeds=2, budgets="4,8", eval_multipliers=1, protocols="nonoverlapping",
+             eval_batch_size=8, threads=1)
+TRAIN = dict(max_iters=8, lr_schedule="wsd", wsd_decay_fraction=0.25, eval_interval=2, eval_iters=2,
+             log_interval=1, batch_size=4, warmup_iters=1, lr_decay_iters=8, device="cpu", compile=False,
+             progress=False)
+MODEL = dict(n_layer=1, n_head=2, n_embd=16, block_size=16)
+
+
+def flags(study_dir: Path, data: Path, **overrides) -> list[str]:
+    return [f"--{k}={v}" for k, v in {**STUDY, **TRAIN, **MODEL, "study_dir": study_dir, "dataset": data,
+                                      **overrides}.items()]
+
+
+def configs(study_dir: Path, data: Path, **overrides) -> tuple[AblateConfig, TrainConfig, GPTConfig]:
+    return ablate.parse_options([str(a) for a in flags(study_dir, data, **overrides)],
+                                (AblateConfig, TrainConfig, GPTConfig), "", "", skip=ablate.PER_RUN)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The data and the study trained by one process, uninterrupted: root/data, root/study."""
+    root = tmp_path_factory.mktemp("study_records")
+    prepare(corpus(), root / "data", "char")
+    run_study(*configs(root / "study", root / "data"))
+    return root
+
+
+def without_timings(value):
+    """A report's numbers less what a clock measured (seconds, rates, provenance): what must be equal."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items()
+                if "seconds" not in k and k not in ("tokens_per_sec", "provenance", "digest", "ablate_config")}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+def report(study_dir: Path) -> dict:
+    """The report's tables and the data of its plots (results.json), less timings."""
+    return without_timings(json.loads((study_dir / "results.json").read_text()))
+
+
+def copy_records(source: Path, target: Path) -> None:
+    """What a repository holds of a study folder: everything its .gitignore does not leave out."""
+    ignored = [line for line in (source / ".gitignore").read_text().splitlines() if line and line[0] != "#"]
+    shutil.copytree(source, target, dirs_exist_ok=True,
+                    ignore=lambda folder, names: [n for n in names if any(fnmatch.fnmatch(n, p) for p in ignored)])
+
+
+def counting(monkeypatch) -> list[str]:
+    """The folders train() is asked to train, in order."""
+    calls = []
+    real = study_runs.train
+
+    def train(config, model_config):
+        calls.append(Path(config.out_dir))
+        return real(config, model_config)
+
+    monkeypatch.setattr(study_runs, "train", train)
+    return calls
+
+
+class FakeClock:
+    """time.time() for the time box: each training advances it by 10 s; every run is estimated at 10 s."""
+
+    def __init__(self, monkeypatch):
+        self.now = 1000.0
+        monkeypatch.setattr(study_cost.time, "time", lambda: self.now)  # the time module: study_runs' too
+        monkeypatch.setattr(study_runs, "run_estimates", lambda plan, *a: [10.0] * len(plan))
+        real = study_runs.train
+
+        def train(config, model_config):
+            self.now += 10.0
+            return real(config, model_config)
+
+        monkeypatch.setattr(study_runs, "train", train)
+
+
+def test_a_time_boxed_study_continued_from_its_records_alone_reports_the_same(reference, tmp_path, monkeypatch):
+    first = tmp_path / "first"
+    clock = FakeClock(monkeypatch)
+    with pytest.raises(study_cost.OutOfTime, match="5 of 16 runs finished, 11 left"):
+        run_study(*configs(first, reference / "data", time_limit="55s"))
+    assert clock.now == 1050.0  # 5 runs of 10 s started; the sixth would have ended at 1060, past 1055
+    done = sorted(p.parent.relative_to(first).as_posix() for p in first.glob("*/seed*/*/done.json"))
+    assert len(done) == 5 and not (first / "results.json").exists()
+    monkeypatch.undo()
+
+    fresh = tmp_path / "fresh"
+    copy_records(first, fresh)
+    assert not list(fresh.rglob("*.pt")) and (fresh / "study.json").is_file()
+    calls = counting(monkeypatch)
+    run_study(*configs(fresh, reference / "data"))
+    # The 11 runs left train; a branch whose constant-rate start finished in the first sitting has that start's
+    # checkpoint trained again (checked against its record) in a temporary folder first.
+    trained = [c.relative_to(fresh).as_posix() for c in calls if ".rebuild" not in c.name]
+    rebuilt = [c.parent.relative_to(fresh) / c.name.split(".rebuild")[0] for c in calls if ".rebuild" in c.name]
+    assert len(trained) == 11 and not set(trained) & set(done)
+    assert [p.as_posix() for p in rebuilt] == ["none/seed1337/stable3"]  # finished, its branches not
+    assert report(fresh) == report(reference / "study")
+
+
+def test_two_array_tasks_folders_merged_report_the_same(reference, tmp_path, capsys):
+    plan = ablate.run_plan(*configs(tmp_path / "a", reference / "data"))
+    for index in range(len(plan)):  # even runs on one machine, odd on another (and what they start from)
+        task = tmp_path / ("a" if index % 2 == 0 else "b")
+        code, _, err = cli(ablate.main, flags(task, reference / "data", run_index=index), capsys)
+        assert code == 0, err
+    merged = tmp_path / "merged"
+    for task in ("a", "b"):
+        copy_records(tmp_path / task, merged)  # records only: what each task would commit
+    code, out, err = cli(ablate.main, flags(merged, reference / "data", report_only=True), capsys)
+    assert code == 0, err
+    assert report(merged) == report(reference / "study")
+
+
+def test_pruning_keeps_a_checkpoint_until_every_branch_exists(reference, tmp_path, monkeypatch):
+    study_dir = tmp_path / "study"
+    seen = []
+    real = study_runs.prune_checkpoints
+
+    def prune(plan, finished):
+        real(plan, finished)
+        for run in plan:  # after every prune: a run not finished whose start finished still has that checkpoint
+            if (run["start_from"] is not None and not (run["dir"] / "done.json").is_file()
+                    and (run["start_from"] / "done.json").is_file()):
+                assert (run["start_from"] / "ckpt.pt").is_file(), run["dir"]
+        seen.append(finished["dir"])
+
+    monkeypatch.setattr(study_runs, "prune_checkpoints", prune)
+    result = run_study(*configs(study_dir, reference / "data", keep_checkpoints=False))
+    assert len(seen) == 16 and not list(study_dir.rglob("*.pt"))  # all pruned at the end, records kept
+    assert report(study_dir) == report(reference / "study")
+    assert len(result["runs"]) == 16
+
+
+@pytest.mark.parametrize("edit", ["iter_num", "missing field"])
+def test_an_edited_or_incomplete_record_is_refused_in_one_line(reference, tmp_path, capsys, edit):
+    study_dir = tmp_path / "study"
+    copy_records(reference / "study", study_dir)
+    done = study_dir / "learned" / "seed1337" / "4steps" / "done.json"
+    record = json.loads(done.read_text())
+    if edit == "iter_num":
+        record["iter_num"] = 99999  # a hand edit; its digest is now wrong
+        done.write_text(json.dumps(record))
+    else:
+        del record["provenance"]
+        done.write_text(study_runs.sealed({k: v for k, v in record.items() if k != "digest"}))
+    before = done.read_bytes()
+    result = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
+    why = "no longer match its digest" if edit == "iter_num" else "lacks provenance"
+    assert_one_line_error(*result, str(done), why, "delete")
+    assert done.read_bytes() == before
+
+
+def test_every_record_names_the_one_dtype_of_the_study(reference, tmp_path):
+    records = [json.loads(p.read_text()) for p in (reference / "study").glob("*/seed*/*/done.json")]
+    assert len(records) == 16
+    assert {r["provenance"]["dtype"] for r in records} == {"float32"}  # auto, resolved once for the CPU
+    assert {r["settings"]["train_config"]["dtype"] for r in records} == {"float32"}
+    study = json.loads((reference / "study" / "study.json").read_text())
+    assert study["train_config"]["dtype"] == "float32"
+    provenance = records[0]["provenance"]
+    assert set(provenance) >= {"commit", "dirty", "torch", "device", "cpu", "threads", "dtype", "wall_seconds"}
+
+
+def test_the_time_box_never_starts_a_run_estimated_past_it(monkeypatch):
+    box = study_cost.TimeBox(deadline=100.0, estimates=[10.0, 50.0, 0.0])
+    monkeypatch.setattr(study_cost.time, "time", lambda: 60.0)
+    assert [box.allows(i) for i in range(3)] == [True, False, True]  # 70 <= 100; 110 > 100; a finished run
+
+
+@pytest.mark.parametrize("text, seconds", [("90m", 5400.0), ("1.5h", 5400.0), ("30s", 30.0), ("", 0.0)])
+def test_time_limits_read(text, seconds):
+    assert study_cost.parse_time_limit(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["90", "-5m", "0m", "5x", "inf h"])
+def test_a_bad_time_limit_is_one_line(reference, tmp_path, capsys, text):
+    result = cli(ablate.main, flags(tmp_path / "study", reference / "data", time_limit=text), capsys)
+    assert_one_line_error(*result, f"time_limit={text!r}", "--time_limit=90m")
+    assert not (tmp_path / "study").exists()
