@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from dataset import split_difference, split_identity
+from dataset import OLD_SINGLE_TEXT_RULE, split_difference, split_identity
 from errors import UserError
 from files import atomic_files
 from gpt2_weights import GPT2_NAMES
@@ -226,11 +226,15 @@ def check_split(trained_on: dict, data_description: dict, path: Path, dataset: s
         return
     difference = split_difference(trained_on, data_description)
     if difference:
-        settings = {k: v for k, v in split_identity(trained_on).items()
-                    if k not in ("rule", "sha256") and not k.endswith("_tokens")}
+        identity = split_identity(trained_on)
+        settings = {k: v for k, v in identity.items() if k not in ("rule", "sha256") and not k.endswith("_tokens")}
         as_it_was = " ".join(f"--{k}={v}" for k, v in settings.items())
+        fix = f"re-prepare the data as the run had it ({as_it_was} --overwrite=True), or start a new run"
+        if identity.get("rule") == OLD_SINGLE_TEXT_RULE:
+            fix = ("its data was cut by the rule before this one (char and gpt2 in tokens), which this code cannot "
+                   "prepare again: start a new run, or resume with the code that prepared it")
         raise UserError(f"{path} was trained on another split than dataset={dataset!r} holds now: {difference}; "
-                        f"re-prepare the data as the run had it ({as_it_was} --overwrite=True), or start a new run")
+                        f"{fix}")
 
 
 def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

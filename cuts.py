@@ -7,6 +7,8 @@ into pieces that no token crosses. Two kinds of places always start such a piece
   their first character, so the piece before ends there and the space starts the next.
 A text with neither for a long stretch (one 200 MB word) is cut at a character boundary: the tokens there may
 differ from the whole's, but memory stays bounded (and tiktoken's merge of one huge piece would not end).
+These places depend on the text alone, not on a tokenizer: text_cut uses them to cut a text into its splits at
+the same characters for every tokenizer (dataset.split_text).
 """
 
 from collections.abc import Iterator
@@ -53,6 +55,17 @@ def safe_cut(data: bytes, max_piece_bytes: int) -> int:
     if not cut and len(data) >= max_piece_bytes:
         cut = char_start_before_end(data)
     return cut
+
+
+def text_cut(text: str, offset: int) -> int:
+    """The last place at or before character offset (below len(text)) that starts a piece, a line or a word
+    start, whichever is later, within MIN_FORCED_CUT characters; offset itself if there is none (a text of no
+    ASCII words). Every tokenizer's splits cut here: the pieces encode to the whole text's tokens."""
+    start = max(offset - MIN_FORCED_CUT, 0)
+    window = text[start:offset + 1].encode("utf-8")  # ends with text[offset]: a piece may start there
+    cut = max(line_start_before_end(window), word_start_before_end(window))
+    # The cut is at an ASCII byte (a newline's next or a space), so the bytes before it decode whole.
+    return start + len(window[:cut].decode("utf-8")) if cut else offset
 
 
 def decode_utf8(data: bytes, source: str, offset: int) -> str:

@@ -1,10 +1,12 @@
 """Token streams on disk: text -> tokenizer.json + train.bin + val.bin + test.bin, and random batches back out.
 
-The split rule of a single text (every data/<name>/prepare.py but the corpus one): in text order, train, then
-test, then val: val is the last val_fraction, test the test_fraction before it (val is what it was before test
-splits existed). char and gpt2 cut the token stream at these fractions; bpe cuts the text at the same fractions
-of its characters, since its merges are learned from the train part alone. tokenizer.json records the split
-(rule, fractions, token counts and a SHA-256 of each .bin): split_identity() is what a run records and checks.
+The split rule of a single text (every data/<name>/prepare.py but the corpus one, SINGLE_TEXT_RULE): in text
+order, train, then test, then val: val the last val_fraction of the characters, test the test_fraction before it,
+each cut moved back to the last place where a piece of the text starts (cuts.text_cut). The cuts depend on the
+text and the fractions alone, so every tokenizer (char, gpt2, a bpe learned from the train part) holds the same
+text in each split, and its tokens are those of the whole text. tokenizer.json records the split (rule,
+fractions, token counts and a SHA-256 of each .bin): split_identity() is what a run records and checks.
+Datasets prepared before this rule cut char and gpt2 in tokens (OLD_SINGLE_TEXT_RULE); they still load.
 """
 
 import hashlib
@@ -19,7 +21,7 @@ import numpy as np
 import torch
 
 from bpe_train import TokenizerConfig, learn_bpe
-from cuts import stream_pieces
+from cuts import stream_pieces, text_cut
 from errors import OfflineError, UserError
 from files import atomic_files, replace_files
 from nanogpt import is_data_folder
@@ -27,14 +29,17 @@ from tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenize
 
 REPO_ROOT = Path(__file__).resolve().parent
 SPLITS = ("train", "val", "test")
-SINGLE_TEXT_RULE = "train | test | val in text order: val the last val_fraction, test the test_fraction before it"
+SINGLE_TEXT_RULE = ("train | test | val in text order, cut in characters: val the last val_fraction, test the "
+                    "test_fraction before it, each cut moved back to where a piece of the text starts")
+# The rule before, when char and gpt2 cut their token stream: its datasets load and resume, none is prepared again.
+OLD_SINGLE_TEXT_RULE = "train | test | val in text order: val the last val_fraction, test the test_fraction before it"
 MAX_TEXT_BYTES = 1 << 28  # a single text is held in memory ~20 times over (README); larger: data/corpus/
 
 
 @dataclass
 class PrepareConfig:
     input: str = ""  # a UTF-8 text file to train on; empty: the dataset's default text
-    val_fraction: float = 0.1  # share of the tokens, taken from the end, held out for validation
+    val_fraction: float = 0.1  # share of the characters, taken from the end, held out for validation
     test_fraction: float = 0.1  # share held out for the final test, taken just before val (0: no test split)
     dtype: str = "auto"  # token dtype on disk: auto (uint16, uint32 when the vocabulary needs it) | uint16 | uint32
     out_dir: str = ""  # where the dataset goes; empty: the preparer's own folder (data/<name>)
@@ -113,40 +118,34 @@ def token_dtype(vocab_size: int, requested: str = "auto") -> np.dtype:
     return np.dtype(requested)
 
 
-def split_counts(length: int, config: PrepareConfig, unit: str = "tokens") -> tuple[int, int, int]:
-    """(train, test, val) sizes of a text or token stream of this length, by SINGLE_TEXT_RULE."""
-    n_val, n_test = int(length * config.val_fraction), int(length * config.test_fraction)
-    n_train = length - n_val - n_test
-    if n_val < 2 or n_train < 2 or (config.test_fraction and n_test < 2):
-        raise UserError(f"the corpus is too short: {length} {unit} give {n_train} train, {n_val} val and {n_test} "
-                        f"test {unit} (val_fraction={config.val_fraction}, test_fraction={config.test_fraction}); "
-                        "each split needs at least 2")
-    return n_train, n_test, n_val
-
-
-def cut(sequence, counts: tuple[int, int, int]) -> dict:
-    """The train, val and test parts of a text or token array, by SINGLE_TEXT_RULE."""
-    n_train, n_test, _ = counts
-    return {"train": sequence[:n_train], "test": sequence[n_train:n_train + n_test],
-            "val": sequence[n_train + n_test:]}
+def split_text(text: str, config: PrepareConfig) -> dict[str, str]:
+    """The train, test and val text of a single text by SINGLE_TEXT_RULE, the same for every tokenizer."""
+    n_val, n_test = int(len(text) * config.val_fraction), int(len(text) * config.test_fraction)
+    n_train = len(text) - n_val - n_test  # where the cuts would be without moving them
+    test_start, val_start = text_cut(text, n_train), text_cut(text, n_train + n_test)
+    parts = {"train": text[:test_start], "test": text[test_start:val_start], "val": text[val_start:]}
+    sizes = {split: len(part) for split, part in parts.items()}
+    if sizes["val"] < 2 or sizes["train"] < 2 or (config.test_fraction and sizes["test"] < 2):
+        raise UserError(f"the corpus is too short: {len(text)} characters give {sizes['train']} train, "
+                        f"{sizes['val']} val and {sizes['test']} test characters (val_fraction="
+                        f"{config.val_fraction}, test_fraction={config.test_fraction}); each split needs at least 2")
+    return parts
 
 
 def tokenize(text: str, tokenizer: TokenizerConfig, config: PrepareConfig, progress: bool) -> tuple:
-    """(the tokenizer, {split: ids}) of a single text, split by SINGLE_TEXT_RULE."""
-    if tokenizer.tokenizer == "bpe":
-        parts = cut(text, split_counts(len(text), config, "characters"))
+    """(the tokenizer, {split: ids}) of a single text, split by SINGLE_TEXT_RULE: each part encoded alone."""
+    if tokenizer.tokenizer not in ("char", "gpt2", "bpe"):
+        raise UserError(f"tokenizer {tokenizer.tokenizer!r} must be 'char', 'gpt2' or 'bpe'")
+    parts = split_text(text, config)
+    if tokenizer.tokenizer == "bpe":  # its merges are learned from the train part alone
         data = parts["train"].encode("utf-8")
         pieces = (piece for piece, _ in stream_pieces(io.BytesIO(data), 1 << 20, "the training text"))
         learned = learn_bpe(pieces, tokenizer.vocab_size, tokenizer.tokenizer_sample_bytes, len(data), progress)
-        return learned, {split: learned.encode_documents(part) for split, part in parts.items()}
-    if tokenizer.tokenizer == "char":
-        learned = CharTokenizer.from_text(text)
-    elif tokenizer.tokenizer == "gpt2":
-        learned = GPT2Tokenizer()
+    elif tokenizer.tokenizer == "char":
+        learned = CharTokenizer.from_text(text)  # every character, so that val and test hold no unknown one
     else:
-        raise UserError(f"tokenizer {tokenizer.tokenizer!r} must be 'char', 'gpt2' or 'bpe'")
-    ids = learned.encode_documents(text)
-    return learned, cut(ids, split_counts(len(ids), config))
+        learned = GPT2Tokenizer()
+    return learned, {split: learned.encode_documents(part) for split, part in parts.items()}
 
 
 def split_record(rule: str, fractions: dict, counts: dict, digests: dict) -> dict:
@@ -235,7 +234,10 @@ def split_difference(old: dict, new: dict) -> str | None:
         return None
     if before is None or after is None:
         return "one of the two datasets was prepared before splits were recorded"
-    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    # The rule names how a split was cut; the same fractions and .bin files are the same split under any rule.
+    changed = sorted(k for k in before.keys() | after.keys() if k != "rule" and before.get(k) != after.get(k))
+    if not changed:
+        return None
     return "another split: " + ", ".join(f"{k} {before.get(k)!r} before, {after.get(k)!r} now"
                                          if k != "sha256" else "other tokens in the .bin files" for k in changed)
 

@@ -17,6 +17,8 @@ import pytest
 import torch
 
 import dataset
+from bpe_train import TokenizerConfig
+from cuts import text_cut
 from dataset import (
     PrepareConfig,
     get_batch,
@@ -90,6 +92,41 @@ def test_unknown_tokenizer_kind_and_missing_description(tmp_path):
 # ---- prepare ------------------------------------------------------------------------------------------------
 
 
+def cut_by_hand(text: str, offset: int) -> int:
+    """The last place at or before offset where a piece of GPT-2's pre-tokenization must start, found one
+    character at a time: after a newline, a printable ASCII character other than space; or a space after one."""
+    def printable(c: str) -> bool:
+        return "!" <= c <= "~"
+
+    for i in range(offset, 0, -1):
+        if (text[i - 1] == "\n" and printable(text[i])) or (text[i] == " " and printable(text[i - 1])):
+            return i
+    return offset
+
+
+def split_by_hand(text: str, val_fraction: float = 0.1, test_fraction: float = 0.1) -> dict[str, str]:
+    n_val, n_test = int(len(text) * val_fraction), int(len(text) * test_fraction)
+    test_start = cut_by_hand(text, len(text) - n_val - n_test)
+    val_start = cut_by_hand(text, len(text) - n_val)
+    return {"train": text[:test_start], "test": text[test_start:val_start], "val": text[val_start:]}
+
+
+def decoded_splits(folder: Path) -> dict[str, str]:
+    tokenizer = load_tokenizer(folder)
+    _, train, val = read_bins(folder)
+    return {"train": tokenizer.decode(train.tolist()), "test": tokenizer.decode(read_test(folder).tolist()),
+            "val": tokenizer.decode(val.tolist())}
+
+
+@pytest.mark.parametrize("text, offset, cut", [("ab cd", 4, 2), ("ab\ncd", 4, 3), ("abcd", 2, 2),
+                                                ("a\n\ncd", 4, 3), ("ab  cd", 5, 2), ("ab\n cd", 5, 5),
+                                                ("aé bc", 4, 4), ("xé a bc", 6, 4), ("ab cd", 2, 2)])
+def test_text_cut_by_hand(text, offset, cut):
+    """Line starts, word starts, none (the offset itself), a space after a non-ASCII letter (no word start),
+    and a cut after a two-byte character (the byte offset turned back into characters)."""
+    assert text_cut(text, offset) == cut == cut_by_hand(text, offset)
+
+
 @pytest.mark.parametrize("val_fraction", [0.1, 0.25, 0.5])
 def test_char_prepare_round_trip_and_split_sizes(tmp_path, val_fraction):
     description = prepare(TEXT, tmp_path, "char", PrepareConfig(val_fraction=val_fraction))
@@ -99,11 +136,11 @@ def test_char_prepare_round_trip_and_split_sizes(tmp_path, val_fraction):
     chars = sorted(set(TEXT))
     test = read_test(tmp_path)
     assert "".join(chars[i] for i in all_tokens(tmp_path)) == TEXT
-    assert abs(len(val) - val_fraction * len(TEXT)) < 1 and len(train) + len(test) + len(val) == len(TEXT)
-    assert abs(len(test) - 0.1 * len(TEXT)) < 1
+    assert decoded_splits(tmp_path) == split_by_hand(TEXT, val_fraction)
+    assert 0 <= len(val) - int(val_fraction * len(TEXT)) < 10  # moved back at most to the word's start
+    assert abs(len(test) - int(0.1 * len(TEXT))) < 10 and len(train) + len(test) + len(val) == len(TEXT)
     assert (description["train_tokens"], description["val_tokens"]) == (len(train), len(val))
     assert description["test_tokens"] == len(test)
-    assert load_tokenizer(tmp_path).decode(val.tolist()) == TEXT[len(train) + len(test):]
 
 
 def test_gpt2_prepare_uses_uint16_and_gpt2_ids(tmp_path, corpus_text):
@@ -114,8 +151,22 @@ def test_gpt2_prepare_uses_uint16_and_gpt2_ids(tmp_path, corpus_text):
     assert train.dtype == np.uint16
     ids = all_tokens(tmp_path)
     assert ids.max() < 50257
-    assert GPT2Tokenizer().decode(ids.tolist()) == text
-    assert abs(len(val) - 0.1 * len(ids)) < 1
+    # Cut where pieces start, the splits' tokens are the whole text's, as tiktoken encodes it in one call.
+    assert ids.tolist() == GPT2Tokenizer().encoding.encode_ordinary(text)
+    assert decoded_splits(tmp_path) == split_by_hand(text)
+
+
+def test_every_tokenizer_holds_the_same_text_in_each_split(tmp_path, corpus_text):
+    """char, GPT-2 and a learned BPE prepared from one text: the same characters in train, test and val, cut
+    where the text allows it. 20,000 characters: about a second in all."""
+    text = corpus_text[:20_000]
+    expected = split_by_hand(text)
+    for kind in ("char", "gpt2", TokenizerConfig(tokenizer="bpe", vocab_size=300)):
+        folder = tmp_path / (kind if isinstance(kind, str) else "bpe")
+        description = prepare(text, folder, kind)
+        assert decoded_splits(folder) == expected, description["kind"]
+        assert description["split"]["rule"] == dataset.SINGLE_TEXT_RULE
+    assert 0 <= int(0.8 * len(text)) - len(expected["train"]) < 40  # the fraction's offset, moved back a word
 
 
 def test_token_dtype_limits():

@@ -2,6 +2,7 @@
 one line naming the value, the limit and the fix, no traceback, and the dataset that was there byte for byte as
 it was. The preparers' main() runs in this process, through errors.main_guard as the scripts do."""
 
+import hashlib
 import importlib.util
 import json
 from pathlib import Path
@@ -12,6 +13,7 @@ from test_faults import assert_one_line_error, cli, digests
 
 from dataset import load_split, prepare, prepare_main, split_difference, split_identity
 from errors import UserError
+from tokenizer import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 30
@@ -67,7 +69,7 @@ def test_an_out_dir_that_is_a_file(tmp_path, capsys):
 ])
 def test_bad_tokenizer_and_split_settings_keep_the_old_dataset(prepared, tmp_path, capsys, argv, fragments):
     before = digests(prepared)
-    (tmp_path / "small.txt").write_text("abab abab cdcd. " * 40)  # 640 bytes: 512 of them for training
+    (tmp_path / "small.txt").write_text("abab abab cdcd. " * 40)  # 640 bytes: 511 of them for training
     result = cli(char_preparer(prepared), [f"--input={tmp_path / 'small.txt'}", "--overwrite=True", "--progress=False",
                                            *argv], capsys)
     assert_one_line_error(*result, *fragments)
@@ -142,3 +144,33 @@ def test_split_identity_is_the_same_for_the_same_prepare_and_names_a_change(tmp_
     assert "other tokens in the .bin files" in split_difference(first, other)
     assert split_difference(first, prepare(TEXT.upper(), tmp_path / "d", "char")) == ("another split: other "
                                                                                        "tokens in the .bin files")
+
+
+def old_rule_description(description: dict, text: str, cut_at: tuple[int, int]) -> dict:
+    """description as the code before cut a char dataset (OLD_SINGLE_TEXT_RULE): its token stream at cut_at."""
+    from dataset import OLD_SINGLE_TEXT_RULE, split_record
+
+    ids = CharTokenizer(description["chars"]).encode_documents(text).astype(np.uint16)
+    parts = {"train": ids[:cut_at[0]], "test": ids[cut_at[0]:cut_at[1]], "val": ids[cut_at[1]:]}
+    return {**description, "split": split_record(OLD_SINGLE_TEXT_RULE, {"val_fraction": 0.1, "test_fraction": 0.1},
+                                                 {k: len(v) for k, v in parts.items()},
+                                                 {k: hashlib.sha256(v).hexdigest() for k, v in parts.items()})}
+
+
+def test_a_run_on_an_old_rule_dataset_resumes_unless_its_split_moved(tmp_path):
+    from checkpoint import check_split
+
+    text = TEXT[7:]  # 2423 characters: 80% of them ends inside a word
+    new = prepare(text, tmp_path / "new", "char")
+    sizes = [new["split"][f"{k}_tokens"] for k in ("train", "test")]
+    same = old_rule_description(new, text, (sizes[0], sum(sizes)))  # the old rule cut where the new one does
+    assert same["split"]["rule"] != new["split"]["rule"] and split_difference(same, new) is None
+    check_split(same, new, tmp_path / "ckpt.pt", "new")  # the same tokens in each .bin: it resumes
+    n = len(text)  # the old rule: the fractions of the tokens, not moved back to where a word starts
+    old = old_rule_description(new, text, (n - 2 * int(0.1 * n), n - int(0.1 * n)))
+    assert (old["split"]["train_tokens"], old["split"]["val_tokens"]) != (sizes[0], new["split"]["val_tokens"])
+    check_split(old, old, tmp_path / "ckpt.pt", "old")  # on the old dataset it was trained on, it resumes
+    with pytest.raises(UserError, match=r"trained on another split .*train_tokens .*cut by the rule before this "
+                                        r"one .*start a new run") as error:
+        check_split(old, new, tmp_path / "ckpt.pt", "new")
+    assert "\n" not in str(error.value) and "--overwrite=True" not in str(error.value)

@@ -100,12 +100,17 @@ def test_sample_bytes_bounds_what_training_reads(corpus_text):
         corpus_text[:5000], 400).tokens  # the corpus text here is ASCII: 5000 bytes are 5000 characters
 
 
+def decode_train(folder) -> str:
+    """The text of a prepared dataset's train split: what its BPE learned from."""
+    return load_tokenizer(folder).decode(np.fromfile(folder / "train.bin", dtype=np.uint16).tolist())
+
+
 def test_merges_depend_on_the_training_split_only(tmp_path, corpus_text):
     tokenizer = TokenizerConfig(tokenizer="bpe", vocab_size=600)
     config = PrepareConfig(val_fraction=0.1, test_fraction=0.1)
     prepare(corpus_text, tmp_path / "a", tokenizer, config)
-    n_train = len(corpus_text) - int(len(corpus_text) * 0.1) * 2
-    other = corpus_text[:n_train] + corpus_text[n_train:][::-1].upper()  # other val and test, same length
+    n_train = len(decode_train(tmp_path / "a"))
+    other = corpus_text[:n_train] + corpus_text[n_train:].upper()  # other val and test text, the same cuts
     prepare(other, tmp_path / "b", tokenizer, config)
     a, b = (json.loads((tmp_path / name / "tokenizer.json").read_text()) for name in "ab")
     assert a["tokens"] == b["tokens"] and tokenizer_difference(a, b) is None
@@ -122,7 +127,7 @@ def test_prepared_tokenizer_json_reloads_to_the_same_encoder(tmp_path, corpus_te
     stored = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
     assert stored == description and stored["kind"] == "bpe" and len(stored["tokens"]) == 499
     assert all(isinstance(token, str) for token in stored["tokens"])  # plain data: hex strings
-    again = learn(corpus_text[:len(corpus_text) - 2 * int(len(corpus_text) * 0.1)], 500)
+    again = learn(decode_train(tmp_path), 500)
     loaded = load_tokenizer(tmp_path)
     assert isinstance(loaded, BPETokenizer) and loaded.tokens == again.tokens
     for text in (corpus_text, *UNICODE):
@@ -188,8 +193,8 @@ def test_tokenizer_config_validation(settings, message):
 
 
 def test_a_vocabulary_larger_than_the_text_allows(tmp_path):
-    text = "abab abab cdcd. " * 40
-    with pytest.raises(UserError, match=r"vocab_size=2000 needs 1,743 merges, more than the 512 bytes"):
+    text = "abab abab cdcd. " * 40  # 640 characters: train the first 512, moved back to the space before "abab"
+    with pytest.raises(UserError, match=r"vocab_size=2000 needs 1,743 merges, more than the 511 bytes"):
         prepare(text, tmp_path / "a", TokenizerConfig(tokenizer="bpe", vocab_size=2000))
     with pytest.raises(UserError, match=r"vocab_size=400 is more than this training text allows: it has only "
                                         r"\d+ distinct tokens to learn; use --vocab_size=\d+ or less"):
