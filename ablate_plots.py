@@ -196,10 +196,12 @@ def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
     for yi, row in zip(y, rows, strict=True):
         color = "tab:red" if row["significant"] else "tab:gray"
         ax.scatter(row["differences"], np.full(row["n"], yi + 0.22), s=12, color="black", alpha=0.5, linewidth=0)
-        ax.errorbar(row["mean"], yi, xerr=[[row["mean"] - row["low"]], [row["high"] - row["mean"]]], fmt="o",
-                    color=color, capsize=5, markersize=7, markerfacecolor=color if row["significant"] else "white")
-        ax.annotate(f"  lower in {row['a_wins']}/{row['n']} seeds, p = {row['p']:.2g}", (row["high"], yi),
-                    fontsize=9, va="center")
+        # No interval where no test was made (study_report's "untested"): the mean alone, and why.
+        xerr = np.nan_to_num([[row["mean"] - row["low"]], [row["high"] - row["mean"]]])
+        ax.errorbar(row["mean"], yi, xerr=xerr, fmt="o", color=color, capsize=5, markersize=7,
+                    markerfacecolor=color if row["significant"] else "white")
+        note = row["untested"] or f"lower in {row['a_wins']}/{row['n']} seeds, p = {row['p']:.2g}"
+        ax.annotate(f"  {note}", (row["mean"] + xerr[1][0], yi), fontsize=9, va="center")
     ax.axvline(0, color="black", linewidth=1)
     ax.set_yticks(y, labels)
     ax.set_ylim(-0.6, len(rows) - 0.2)

@@ -231,8 +231,9 @@ def check_split(trained_on: dict, data_description: dict, path: Path, dataset: s
         as_it_was = " ".join(f"--{k}={v}" for k, v in settings.items())
         fix = f"re-prepare the data as the run had it ({as_it_was} --overwrite=True), or start a new run"
         if identity.get("rule") == OLD_SINGLE_TEXT_RULE:
-            fix = ("its data was cut by the rule before this one (char and gpt2 in tokens), which this code cannot "
-                   "prepare again: start a new run, or resume with the code that prepared it")
+            fix = ("its data was cut by the rule before this one (char and gpt2 in tokens, bpe at the exact "
+                   "characters), which this code cannot prepare again: start a new run, or resume with the code "
+                   "that prepared it")
         raise UserError(f"{path} was trained on another split than dataset={dataset!r} holds now: {difference}; "
                         f"{fix}")
 

@@ -128,7 +128,8 @@ def split_text(text: str, config: PrepareConfig) -> dict[str, str]:
     if sizes["val"] < 2 or sizes["train"] < 2 or (config.test_fraction and sizes["test"] < 2):
         raise UserError(f"the corpus is too short: {len(text)} characters give {sizes['train']} train, "
                         f"{sizes['val']} val and {sizes['test']} test characters (val_fraction="
-                        f"{config.val_fraction}, test_fraction={config.test_fraction}); each split needs at least 2")
+                        f"{config.val_fraction}, test_fraction={config.test_fraction}); each split needs at least 2: "
+                        "use a longer --input or larger fractions")
     return parts
 
 

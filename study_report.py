@@ -69,10 +69,11 @@ def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int], mar
             row["holm"] = rejected
             row["unit"] = "bits/byte" if unit else "nats/token"
             row["mean_bits_per_byte"] = row["mean"] * to_bits_per_byte
-        if margin:
-            tost_p = [tost(r["differences"], margin) for r in found]
+        if margin:  # a row paired() found no test for has none here either (its spread is rounding)
+            tost_p = [math.nan if r["untested"] else tost(r["differences"], margin) for r in found]
             for row, p, equivalent in zip(found, tost_p, holm(tost_p), strict=True):
-                row.update(margin=margin, tost_p=p, equivalent=equivalent, verdict=verdict(equivalent, row["holm"]))
+                row.update(margin=margin, tost_p=p, equivalent=equivalent,
+                           verdict=verdict(equivalent, row["holm"], row["untested"]))
         rows += found
     return rows
 
@@ -117,16 +118,25 @@ def markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(cells) + " |" for cells in [columns, ["---"] * len(columns), *rows]]
 
 
+def interval_text(row: dict) -> str:
+    """A paired row's interval, each end rounded from its own value; where no test was made, why not."""
+    return row["untested"] or f"[{row['low']:+.4f}, {row['high']:+.4f}]"
+
+
+def p_text(p: float) -> str:
+    return "n/a" if math.isnan(p) else f"{p:.2g}"
+
+
 def comparison_table(rows: list[dict], block_size: int, labels: dict[str, str]) -> list[str]:
     def side(name: str, protocol: str, other: str) -> str:
         return f"{labels.get(name, name)} ({protocol})" if protocol != other else labels.get(name, name)
 
     tested = any("verdict" in r for r in rows)
     cells = [[length_label(r["length"], block_size), side(r["a"], r["a_protocol"], r["b_protocol"]),
-              side(r["b"], r["b_protocol"], r["a_protocol"]), f"{r['mean']:+.4f}",
-              f"[{r['low']:+.4f}, {r['high']:+.4f}]", f"{r['mean_bits_per_byte']:+.4f}", f"{r['p']:.2g}",
-              f"{r['a_wins']}/{r['b_wins']}", "**yes**" if r["significant"] else "no",
-              "**yes**" if r["holm"] else "no"] + ([f"{r['tost_p']:.2g}", f"**{r['verdict']}**"] if tested else [])
+              side(r["b"], r["b_protocol"], r["a_protocol"]), f"{r['mean']:+.4f}", interval_text(r),
+              f"{r['mean_bits_per_byte']:+.4f}", p_text(r["p"]), f"{r['a_wins']}/{r['b_wins']}",
+              "**yes**" if r["significant"] else "no",
+              "**yes**" if r["holm"] else "no"] + ([p_text(r["tost_p"]), f"**{r['verdict']}**"] if tested else [])
              for r in rows]
     columns = ["length", "a", "b", f"mean a − b ({rows[0]['unit']})", f"{CONFIDENCE:.0%} CI", "a − b (bits/byte)",
                "p (paired t)", "seeds a/b lower", "CI excludes 0", "after Holm"]
@@ -269,8 +279,8 @@ def budget_table(budgets: dict, study: dict) -> list[str]:
             key = f"nonoverlapping {study['block_size']}"
             text = "" if row is None else f"{fmt(row['loss'][key])} / {fmt(row['bits_per_byte'][key])}"
             if gap is not None:
-                text += f"; gap {gap['mean']:+.4f} [{gap['low']:+.4f}, {gap['high']:+.4f}]" + (
-                    f" {gap['verdict']}" if "verdict" in gap else "")
+                text += f"; gap {gap['mean']:+.4f} {interval_text(gap)}" + (
+                    f" {gap['verdict']}" if "verdict" in gap and not gap["untested"] else "")
             cells.append(text)
         table.append(cells)
     return lines + markdown_table(columns, table) + ["", last_budgets_change(budgets, study)]
@@ -304,6 +314,21 @@ def learning_rate_table(sweep: dict, rows: list[dict], study: dict, common: floa
             *markdown_table(columns, table)]
 
 
+def comparison_notes(families: dict[str, list[dict]], margin: float) -> list[str]:
+    """The footnotes of the paired tables, the TOST margin in the unit the rows were compared in."""
+    unit = next((row["unit"] for found in families.values() for row in found), "nats/token")
+    lines = ["", f"Paired: seed s of one cell against seed s of the other. p: two-sided paired t test. *CI excludes "
+             f"0*: significant at {1 - CONFIDENCE:.0%} on its own; *after Holm*: still significant when the whole "
+             "table at that length is corrected for multiple comparisons (Holm 1979). *no spread: no test*: every "
+             "seed gave the same difference, so t is undefined: the row is neither significant nor equivalent."]
+    if margin:
+        lines += [f"TOST: two one-sided paired t tests of |a − b| ≥ {margin:g} {unit}, the margin fixed in the "
+                  "study's config before it ran, Holm-corrected like the t test. *equivalent*: TOST rejects (the "
+                  f"difference is within ±{margin:g}); *different*: the t test rejects after Holm; *inconclusive*: "
+                  "neither."]
+    return lines
+
+
 def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[dict]], records: list[dict],
                   header: list[str], study: dict, plots: list[str], budgets: dict) -> None:
     block_size, labels = study["block_size"], study["labels"]
@@ -317,15 +342,7 @@ def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[di
         if found:
             lines += ["", f"## Paired differences: {family}", "", FAMILY_NOTES[family], "",
                       *comparison_table(found, block_size, labels)]
-    lines += ["", f"Paired: seed s of one cell against seed s of the other. p: two-sided paired t test. *CI excludes "
-              f"0*: significant at {1 - CONFIDENCE:.0%} on its own; *after Holm*: still significant when the whole "
-              "table at that length is corrected for multiple comparisons (Holm 1979)."]
-    margin = study["ablate_config"]["equivalence_margin"]
-    if margin:
-        lines += [f"TOST: two one-sided paired t tests of |a − b| ≥ {margin:g} nats/token, the margin fixed in the "
-                  "study's config before it ran, Holm-corrected like the t test. *equivalent*: TOST rejects (the "
-                  f"difference is within ±{margin:g}); *different*: the t test rejects after Holm; *inconclusive*: "
-                  "neither."]
+    lines += comparison_notes(families, study["ablate_config"]["equivalence_margin"])
     lines += [""] + [f"![{name}]({name}.png)" for name in plots]
     write_atomic(study_dir / "results.md", "\n".join(lines) + "\n")
     write_atomic(study_dir / "results.csv", results_csv(rows, budgets))

@@ -128,6 +128,49 @@ def test_holm_by_hand():
     assert holm([0.2, 0.3]) == [False, False]
 
 
+def holm_by_adjusted_p(p_values: list[float], alpha: float = 0.05) -> list[bool]:
+    """Holm by its adjusted p-values, another formulation than the step-down loop: the k-th smallest p becomes
+    max over j <= k of (m - j + 1) p_(j); rejected where that is at most alpha. No test (nan) is p = 1."""
+    p = [1.0 if math.isnan(v) else v for v in p_values]
+    m, adjusted, running = len(p), [0.0] * len(p), 0.0
+    for k, i in enumerate(sorted(range(m), key=lambda i: p[i])):
+        running = max(running, (m - k) * p[i])
+        adjusted[i] = min(1.0, running)
+    return [a <= alpha for a in adjusted]
+
+
+def test_holm_does_not_depend_on_where_a_nan_stands():
+    # m = 2 counts the untested one: 0.001 <= 0.05 / 2 is rejected, wherever the nan is.
+    assert holm([math.nan, 0.001]) == [False, True] and holm([0.001, math.nan]) == [True, False]
+    assert holm([math.nan, math.nan]) == [False, False]
+    rng = random.Random(0)
+    for _ in range(200):
+        p_values = [rng.choice([math.nan, rng.random() * 0.05, rng.random()]) for _ in range(rng.randint(1, 6))]
+        order = list(range(len(p_values)))
+        rng.shuffle(order)
+        shuffled = holm([p_values[i] for i in order])
+        assert holm(p_values) == holm_by_adjusted_p(p_values)
+        assert [shuffled[order.index(i)] for i in range(len(p_values))] == holm(p_values)
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # scipy's own, on nearly identical data
+def test_identical_differences_over_seeds_are_no_test():
+    """Both seeds 0.005 apart: scipy's paired t gives p = 3e-14 (t from float rounding) or p = 0 (exact), and a
+    zero-width interval; a study can claim neither a difference nor equivalence from that."""
+    a, b = [2.305, 2.310], [2.300, 2.305]
+    assert stats.ttest_rel(a, b).pvalue < 1e-12 and stats.ttest_rel([1.0, 2.0], [0.0, 1.0]).pvalue == 0.0
+    for x, y in ((a, b), ([1.0, 2.0], [0.0, 1.0]), ([3.0, 3.0, 3.0], [3.0, 3.0, 3.0])):
+        result = paired(x, y)
+        n = len(x)
+        assert result["untested"] == f"{n} seeds, no spread: no test", result
+        assert math.isnan(result["p"]) and math.isnan(result["low"]) and math.isnan(result["high"])
+        assert result["mean"] == pytest.approx(np.mean(x) - np.mean(y))
+    assert paired([2.0], [1.0])["untested"] == "1 seed: no test"
+    spread = paired([2.305, 2.311], [2.300, 2.305])  # 0.005 and 0.006: a test, as scipy's
+    assert spread["untested"] is None
+    assert spread["p"] == pytest.approx(stats.ttest_rel([2.305, 2.311], [2.300, 2.305]).pvalue, rel=1e-9)
+
+
 # ---------------------------------------------------------------------------------------------------- cells
 
 

@@ -114,7 +114,8 @@ def test_tost_by_hand():
     assert verdict(p < 0.05, stats.ttest_1samp(d, 0).pvalue < 0.05) == "inconclusive"
     assert verdict(True, False) == "equivalent" and verdict(False, True) == "different"
     assert math.isnan(tost([0.01], 0.05))  # one seed: no test
-    assert tost([0.01, 0.01], 0.05) == 0.0 and tost([0.1, 0.1], 0.05) == 1.0  # no spread: inside or outside
+    assert math.isnan(tost([0.01, 0.01], 0.05)) and math.isnan(tost([0.1, 0.1], 0.05))  # no spread: no test
+    assert verdict(True, True, "2 seeds, no spread: no test") == "2 seeds, no spread: no test"
 
 
 # ---------------------------------------------------------------------------------------------------- bits per byte
@@ -457,6 +458,64 @@ def test_list_runs_numbers_the_sweep_until_it_has_finished(tmp_path, data_dir, c
         assert cli(ablate.main, [*flags, f"--run_index={index}"], capsys)[0] == 0
     code, out, _ = cli(ablate.main, [*flags, "--list_runs=True"], capsys)  # now the headline's runs
     assert code == 0 and "lr_sweep" not in out and "stable4" in out, out
+
+
+def eval_records(losses: dict[str, dict[int, float]], tokens: dict[str, int]) -> list[dict]:
+    """Run records of cells {cell: {seed: loss in nats per token}}, each cell's split of tokens[cell] tokens for
+    1000 bytes (and characters)."""
+    return [{"variant": cell, "seed": seed, "eval": {"tokens": tokens[cell], "bytes": 1000, "chars": 1000,
+                                                     "protocols": {"nonoverlapping": {"64": {"loss": loss}}}}}
+            for cell, by_seed in losses.items() for seed, loss in by_seed.items()]
+
+
+def test_a_pair_with_no_spread_reads_as_no_test_in_every_report():
+    """Two cells 0.005 apart in both seeds: no p, no interval, not significant, not equivalent (at a margin of
+    0.02 the old code said equivalent from these 2 seeds), in the row, the table and the budget gap; a pair with
+    spread beside it is tested as before, and Holm counts the untested row in the family."""
+    import study_report
+
+    records = eval_records({"a": {1: 2.305, 2: 2.310}, "b": {1: 2.300, 2: 2.305}, "c": {1: 2.40, 2: 2.33}},
+                           {"a": 1000, "b": 1000, "c": 1000})
+    pairs = [(("a", "nonoverlapping"), ("b", "nonoverlapping")), (("a", "nonoverlapping"), ("c", "nonoverlapping"))]
+    flat, spread = study_report.comparisons(records, pairs, [64], margin=0.02)
+    assert flat["untested"] == "2 seeds, no spread: no test" and flat["verdict"] == flat["untested"]
+    assert not (flat["significant"] or flat["holm"] or flat["equivalent"])
+    assert math.isnan(flat["p"]) and math.isnan(flat["tost_p"]) and flat["mean"] == pytest.approx(0.005)
+    assert spread["untested"] is None and spread["verdict"] in ("equivalent", "different", "inconclusive")
+    assert spread["p"] == pytest.approx(stats.ttest_rel([2.305, 2.310], [2.40, 2.33]).pvalue, rel=1e-9)
+    table = "\n".join(study_report.comparison_table([flat, spread], 64, {}))
+    [row] = [line for line in table.splitlines() if line.startswith("| L=64 (1x) | a | b |")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[4] == "2 seeds, no spread: no test" and cells[6] == "n/a" and cells[-2:] == [
+        "n/a", "**2 seeds, no spread: no test**"]
+    assert "± 0.0000" not in table and "nan" not in table and "equivalent**" not in row
+    cell_rows = [{"variant": cell, "tokens_seen": 768, "loss": {"nonoverlapping 64": (2.3, 0.01)},
+                  "bits_per_byte": {"nonoverlapping 64": (3.3, 0.01)}} for cell in ("a", "b")]
+    budgets = {"reference": "b", "by_budget": {budget: {"rows": cell_rows, "gaps": [flat]} for budget in (8, 12)}}
+    lines = study_report.budget_table(budgets, {"labels": {}, "block_size": 64,
+                                                "ablate_config": {"equivalence_margin": 0.02}})
+    [a_line] = [line for line in lines if line.startswith("| a |")]
+    assert a_line.count("; gap +0.0050 2 seeds, no spread: no test |") == 2 and "nan" not in a_line
+
+
+def test_an_interval_is_printed_from_its_own_ends_and_tost_speaks_the_rows_unit():
+    """The 8192 BPE against GPT-2 on Shakespeare (docs/tokenizers_shakespeare/results.json): low 0.004461 prints
+    +0.0045 (and 0.004 at three digits, not the 0.005 that rounding +0.0045 again gives). The TOST note names the
+    unit the rows were compared in: bits/byte where the cells tokenize differently."""
+    import study_report
+
+    row = {"a": "bpe8192", "b": "gpt2", "a_protocol": "nonoverlapping", "b_protocol": "nonoverlapping",
+           "length": 64, "mean": 0.015259918265298822, "low": 0.00446052668961909, "high": 0.026059309840978553,
+           "mean_bits_per_byte": 0.015259918265298822, "p": 0.026, "a_wins": 0, "b_wins": 3, "significant": True,
+           "holm": True, "unit": "bits/byte", "untested": None}
+    assert "| +0.0153 | [+0.0045, +0.0261] |" in "\n".join(study_report.comparison_table([row], 64, {}))
+    assert f"{row['low']:.3f}" == "0.004"
+    losses = {"char": {1: 1.40, 2: 1.45, 3: 1.38}, "bpe": {1: 4.10, 2: 4.30, 3: 4.00}}
+    pairs = [(("char", "nonoverlapping"), ("bpe", "nonoverlapping"))]
+    for tokens, unit in (({"char": 1000, "bpe": 300}, "bits/byte"), ({"char": 1000, "bpe": 1000}, "nats/token")):
+        families = {"training length": study_report.comparisons(eval_records(losses, tokens), pairs, [64], 0.02)}
+        [note] = [line for line in study_report.comparison_notes(families, 0.02) if line.startswith("TOST")]
+        assert f"|a − b| ≥ 0.02 {unit}," in note and families["training length"][0]["unit"] == unit
 
 
 def test_cells_that_tokenize_differently_are_compared_in_bits_per_byte():
