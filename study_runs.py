@@ -53,12 +53,15 @@ RUN_RECORDS = ("done.json", "eval.json")
 def settings(run: dict) -> dict:
     """Everything that changes a run's numbers: both configs (less NEUTRAL fields), the data's description (with
     its split's identity: rule, fractions, token counts, SHA-256 of each .bin), and, for a run of a study's plan,
-    the split it is scored on and the run it continues (its folder, by name)."""
+    the split it is scored on and the run it continues (its folder, by name); a finetune (ablate's from_cell),
+    whose init_from is given at train time (the checkpoint does not exist before), names the run it starts from."""
     description = read_description(resolve_data_dir(run["train_config"].dataset))
     found = {"train_config": {k: v for k, v in asdict(run["train_config"]).items() if k not in NEUTRAL},
              "model_config": asdict(run["model_config"]), "data": description}
     if "split" in run:  # study_identity's base configs are no run
         found["run"] = {"scored_on": run["split"], "starts_from": run["start_from"] and run["start_from"].name}
+        if run.get("finetune"):
+            found["run"]["finetunes"] = "/".join(run["start_from"].parts[-2:])  # <cell>/seed<N>
     return found
 
 
@@ -212,7 +215,10 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
         run["dir"].mkdir(parents=True)
     except OSError as e:
         raise UserError(f"cannot empty {run['dir']} to train it again: {e.strerror or e}") from None
-    if run["start_from"] is not None:  # a branch: it resumes a copy of the finished run it continues
+    config = run["train_config"]
+    if run.get("finetune"):  # a new run from the weights of the finished run it starts from
+        config = replace(config, init_from=str(run["start_from"] / CHECKPOINT))
+    elif run["start_from"] is not None:  # a branch: it resumes a copy of the finished run it continues
         with atomic_files(run["dir"] / CHECKPOINT) as (temp,):
             shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
     stop = threading.Event()
@@ -221,7 +227,7 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
     try:
         # train() prints its eval lines; they go to the run's train.log so that the terminal keeps one bar.
         with (run["dir"] / "train.log").open("w") as log, contextlib.redirect_stdout(log):
-            result = train(run["train_config"], replace(run["model_config"]))
+            result = train(config, replace(run["model_config"]))
     finally:
         stop.set()
         watcher.join()
