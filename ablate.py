@@ -9,6 +9,13 @@ GPTConfig/TrainConfig field separated by spaces ("pos_encoding=sinusoidal sinuso
 "," between values). A cell's settings override the config file and flags; everything else is the same for all.
 Tables and plots name a cell as a person writes it ("sinusoidal 1.0").
 
+Finetunes of a trained cell. A cell with from_cell=<cell> (a cell listed before it) starts each seed's run from
+that cell's final checkpoint of the same seed, as train.py --init_from=<its ckpt.pt> does: a new run of its own
+max_iters (0: the model as it is) from those weights, e.g. "rope block_size=128 extend_positions=yarn max_iters=200
+from_cell=rope" (config/ablate_context_extension.py). It may change block_size (with extend_positions), dropout
+and training settings, no other model setting; it is scored at the eval lengths and sliding window of the study's
+block_size, like the cell it starts from, and reported beside it at the headline budget.
+
 Budgets (--budgets=1000,2000): each cell trains to each budget with a complete schedule: a cosine run per budget,
 or with --lr_schedule=wsd one constant-rate run per (cell, seed) that each budget's decay branches from
 (study_plan.py). --lr_sweep=3e-4,1e-3 first picks each cell's own learning rate on val, on seeds of its own; the
@@ -64,6 +71,8 @@ SPLITS = ("test", "val")
 MAX_SEEDS = 10_000  # seeds per cell: a plan of them is built in memory
 MAX_SEED = 2**63 - 1  # seeds are int64
 LABEL_WORDS = {"learning_rate": "lr", "learned_init_std": "init std"}  # how cell_label names these settings
+
+FROM_CELL = "from_cell"  # the cell setting of a finetune: the cell whose final checkpoint each seed starts from
 
 # The cells of README's study; the other registered encodings (positions.POS_ENCODINGS: t5) join with --variants.
 STUDY_CELLS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -171,6 +180,8 @@ def parse_setting(text: str) -> tuple[str, object]:
     name, has_value, value = text.partition("=")
     if not has_value:
         name, value = "pos_encoding", text
+    if name == FROM_CELL:
+        return name, value
     known = field_types()
     if name not in known:
         raise OptionError(f"cell setting {text!r}: {name!r} is not a GPTConfig/TrainConfig field (or is set per "
@@ -240,7 +251,8 @@ def cell_configs(cells: list[dict], train_config: TrainConfig, model_config: GPT
     learning_rate scales min_lr with it (unless the cell sets min_lr too)."""
     configs = []
     for cell in cells:
-        overrides = {s: {k: v for k, v in cell.items() if field_types()[k][0] is s} for s in (TrainConfig, GPTConfig)}
+        overrides = {s: {k: v for k, v in cell.items() if k != FROM_CELL and field_types()[k][0] is s}
+                     for s in (TrainConfig, GPTConfig)}
         if "learning_rate" in cell and "min_lr" not in cell:  # the decay keeps its depth: min_lr / learning_rate
             overrides[TrainConfig]["min_lr"] = train_config.min_lr * cell["learning_rate"] / train_config.learning_rate
         try:
@@ -255,9 +267,52 @@ def cell_configs(cells: list[dict], train_config: TrainConfig, model_config: GPT
 def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
              cells: list[dict] | None = None) -> list[dict]:
     """The study's runs at every budget, seed by seed (see study_plan.py); cells default to study_cells."""
-    configs = cell_configs(study_cells(ablate) if cells is None else cells, train_config, model_config)
-    return study_plan.budget_plan(configs, Path(ablate.study_dir), seeds(ablate), ablate.budgets or [None],
+    cells = study_cells(ablate) if cells is None else cells
+    configs = cell_configs(cells, train_config, model_config)
+    plan = study_plan.budget_plan(configs, Path(ablate.study_dir), seeds(ablate), ablate.budgets or [None],
                                   ablate.eval_split)
+    return with_finetunes(plan, cells, ablate)
+
+
+def from_cells(cells: list[dict]) -> dict[str, str]:
+    """{finetune cell: the cell it starts from} (from_cell may name a cell or its folder); an OptionError unless
+    that is a cell listed before it that starts from scratch."""
+    names, bases = [cell_name(c) for c in cells], {}
+    for i, cell in enumerate(cells):
+        if FROM_CELL not in cell:
+            continue
+        earlier = {study_plan.cell_dir(n): n for n in names[:i] if FROM_CELL not in cells[names.index(n)]}
+        base = cell[FROM_CELL] if cell[FROM_CELL] in earlier.values() else earlier.get(cell[FROM_CELL])
+        if base is None:
+            raise OptionError(f"cell {names[i]!r}: from_cell={cell[FROM_CELL]!r} must name a cell listed before it "
+                              f"that trains from scratch: {', '.join(earlier.values()) or 'none is'}")
+        bases[names[i]] = base
+    return bases
+
+
+def with_finetunes(plan: list[dict], cells: list[dict], ablate: AblateConfig) -> list[dict]:
+    """The plan with each run of a from_cell cell starting from its base's run of the same seed (a finetune of
+    it), scored at the base's eval lengths and sliding window, and counted at the base's budget."""
+    bases = from_cells(cells)
+    if bases and (ablate.budgets or ablate.lr_sweep):
+        raise OptionError("from_cell cells finetune one run per seed: give no --budgets or --lr_sweep with them")
+    runs = {(run["variant"], run["seed"]): run for run in plan}
+    for run in plan:
+        base = runs.get((bases.get(run["variant"]), run["seed"]))
+        if base is None:
+            continue
+        shape = replace(run["model_config"], block_size=base["model_config"].block_size,
+                        dropout=base["model_config"].dropout)
+        if shape != base["model_config"]:
+            raise OptionError(f"cell {run['variant']!r} changes model settings of its from_cell {base['variant']!r}, "
+                              "whose checkpoint is its model: change only block_size (with extend_positions) and "
+                              "dropout")
+        block = base["model_config"].block_size
+        window, stride = sliding_geometry(ablate, block)
+        run.update(start_from=base["dir"], finetune=True, budget=base["budget"], evaluation={
+            "eval_multipliers": [m * block / run["model_config"].block_size for m in ablate.eval_multipliers],
+            "sliding_window": window, "sliding_stride": stride})
+    return plan
 
 
 def seeds(ablate: AblateConfig) -> range:
@@ -293,9 +348,10 @@ def check_before_training(ablate: AblateConfig, plan: list[dict], cells: list[st
     """Everything about the evaluation and the data that can be wrong, found before the first run trains."""
     if ablate.reference and ablate.reference not in cells:
         raise OptionError(f"reference={ablate.reference!r} is not one of the cells {cells}")
-    block_sizes = {run["model_config"].block_size for run in plan}
+    block_sizes = {run["model_config"].block_size for run in plan if not run.get("finetune")}
     if len(block_sizes) > 1:
-        raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size")
+        raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size (a "
+                          "from_cell finetune may grow it)")
     block_size = block_sizes.pop()
     window, stride = sliding_geometry(ablate, block_size)
     if stride > window:
@@ -384,6 +440,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
              "confidence": CONFIDENCE, "split": ablate.eval_split,
              "headline_budget": headline_budget(ablate, train_config),
              "labels": {run["variant"]: run["label"] for run in plan}, "cells": names,
+             "from_cells": from_cells(cells),
              "lr_sweep": None if sweep is None else {k: v for k, v in sweep.items() if k != "runs"}}
     study["invocation_seconds"] = time.perf_counter() - started
     every = records + ([] if sweep is None else sweep["runs"])
@@ -415,7 +472,7 @@ def report(study_dir: Path, plan: list[dict], records: list[dict], study: dict, 
     cells = list(dict.fromkeys(r["variant"] for r in headline))
     rows = summarize(headline, study["lengths"], ablate.protocols, study["labels"])
     families = study_comparisons(headline, study["cells"], study["lengths"], ablate, study["block_size"],
-                                 (study["lr_sweep"] or {}).get("own"))
+                                 (study["lr_sweep"] or {}).get("own"), study["from_cells"])
     budgets = budget_summary(evaluated, study, ablate)
     headline_runs = [(run, record) for run, record in zip(plan, records, strict=True)
                      if run["budget"] == study["headline_budget"] and run["role"] == "run"]

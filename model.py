@@ -37,6 +37,11 @@ class GPTConfig:
     t5_num_buckets: int = 32  # t5: distance buckets, half exact distances, half log-spaced (T5's default)
     t5_max_distance: int = 128  # t5: distances from here on share the last bucket (T5's default)
     gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
+    # Longer context than trained (docs/context_extension.md): train.py --extend_positions sets these three, or set
+    # them by hand to scale rope at inference. Checkpoints written before them load with the defaults: no scaling.
+    position_scaling: str = "none"  # none | interpolate (sinusoidal, rope, learned) | ntk, yarn (rope) | copy (learned)
+    position_scale: float = 1.0  # s of position_scaling: the factor the context was extended by
+    trained_block_size: int = 0  # block_size before the context grew (YaRN's original length); 0: never grew
 
     def __post_init__(self) -> None:
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "t5_max_distance"):
@@ -142,7 +147,7 @@ class InputLayer(nn.Module):
             mask = bias.masked_fill(key_pos[None, :] > positions[:, None], float("-inf"))
         else:
             mask = key_pos[None, :] <= positions[:, None] if cached else None
-        return mask, self.encoding.rotary(positions)
+        return mask, self.encoding.rotary(self, positions)
 
     def crop(self, block_size: int) -> None:
         self.encoding.crop(self, block_size)
@@ -386,10 +391,14 @@ class GPT(nn.Module):
         """
         return self.blocks_and_head(self.input_layer.embed(token, position), position, cache)[:, -1]
 
-    def crop_block_size(self, block_size: int) -> None:
-        """Shrink the context length, e.g. to finetune GPT-2 (1024) with a smaller block_size."""
+    def crop_block_size(self, block_size: int, cache: KVCache | None = None) -> None:
+        """Shrink the context length, e.g. to finetune GPT-2 (1024) with a smaller block_size; a cache that will
+        go on being used must not hold positions the shrunk model no longer has. (extend.py grows it.)"""
         if not 0 < block_size <= self.config.block_size:
             raise ValueError(f"block_size={block_size} must be in [1, {self.config.block_size}]")
+        if cache is not None and cache.length > block_size:
+            raise ValueError(f"block_size={block_size} is below the {cache.length} positions already cached (0.."
+                             f"{cache.length - 1}); crop to at least {cache.length}, or reset the cache first")
         self.config.block_size = block_size
         self.input_layer.crop(block_size)
 

@@ -2,9 +2,11 @@
 adds to the attention scores, how long a sequence it can place, and which parameters it has.
 
 Every encoding answers the same questions (the base class answers "nothing" to each: that is NoPE), so model.py
-asks the encoding and never compares the name. Adding one = a subclass here + one line in ENCODINGS (README,
-"Adding a position encoding"). An encoding's parameters are registered on the model's input layer under the names
-it gives (state-dict key input_layer.<name>, e.g. input_layer.wpe): checkpoints keep their keys.
+asks the encoding and never compares the name. Each also says how its context can grow past the block_size it was
+trained at (extensions, grow; position_scaling: docs/context_extension.md); extend.py applies that to a model.
+Adding one = a subclass here + one line in ENCODINGS (README, "Adding a position encoding"). An encoding's
+parameters are registered on the model's input layer under the names it gives (state-dict key input_layer.<name>,
+e.g. input_layer.wpe): checkpoints keep their keys.
 
 Imports nothing of this repo.
 """
@@ -14,9 +16,17 @@ import math
 import torch
 from torch import nn
 
+# YaRN's ramp (Peng et al. 2023): dimensions turning more than BETA_FAST times over the trained length keep their
+# frequency, fewer than BETA_SLOW times are interpolated; the paper's alpha=1, beta=32, transformers' defaults.
+YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
+
 
 class PositionEncoding:
     """No position signal at all (NoPE, Kazemnejad et al. 2023): only the causal mask tells tokens apart."""
+
+    # How train.py --extend_positions may grow this encoding's block_size (extend.py): keep = positions as they are.
+    # Every other method is also the position_scaling value that the extended config records.
+    extensions: tuple[str, ...] = ("keep",)
 
     def __init__(self, config):
         self.config = config  # a model.GPTConfig, shared with the model (crop_block_size changes it)
@@ -43,6 +53,9 @@ class PositionEncoding:
     def crop(self, held: nn.Module, block_size: int) -> None:
         """Shrink the parameters to a block_size that config.block_size already holds (GPT.crop_block_size)."""
 
+    def grow(self, held: nn.Module, block_size: int, method: str) -> None:
+        """Grow the parameters to block_size positions by one of extensions (extend.py, before the config grows)."""
+
     def reset_parameters(self, held: nn.Module) -> None:
         """Draw the parameters that `held` (the input layer) holds under new_parameters' names."""
 
@@ -50,7 +63,7 @@ class PositionEncoding:
         """(T, n_embd) added to the token embeddings at positions (T,), or None: nothing."""
         return None
 
-    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(cos, sin) that turn queries and keys at positions (T,) (see rotate), or None: they stay as they are."""
         return None
 
@@ -62,6 +75,15 @@ class PositionEncoding:
 
 class Learned(PositionEncoding):
     """GPT-2's table: row p of wpe (block_size, n_embd) is added to the token at position p."""
+
+    extensions = ("interpolate", "copy")  # the table needs rows for the new positions: grown_table makes them
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if config.position_scaling != "none" and not config.trained_block_size:
+            raise ValueError(f"position_scaling={config.position_scaling!r} on a learned table only records how "
+                             "extend.py grew it (from trained_block_size rows), and trained_block_size=0 says it was "
+                             "not grown; grow the table with train.py --extend_positions=interpolate|copy")
 
     def max_length(self) -> int:
         return self.config.block_size
@@ -81,6 +103,9 @@ class Learned(PositionEncoding):
     def crop(self, held: nn.Module, block_size: int) -> None:
         held.wpe = nn.Parameter(held.wpe[:block_size].detach().clone())
 
+    def grow(self, held: nn.Module, block_size: int, method: str) -> None:
+        held.wpe = nn.Parameter(grown_table(held.wpe.detach(), block_size, method))
+
     def reset_parameters(self, held: nn.Module) -> None:
         nn.init.normal_(held.wpe, mean=0.0, std=self.config.learned_init_std)
 
@@ -89,7 +114,10 @@ class Learned(PositionEncoding):
 
 
 class Sinusoidal(PositionEncoding):
-    """Vaswani et al. 2017: sin and cos of pos / 10000^(2i/n_embd), interleaved, scaled by sinusoidal_amplitude."""
+    """Vaswani et al. 2017: sin and cos of pos / 10000^(2i/n_embd), interleaved, scaled by sinusoidal_amplitude.
+    position_scaling=interpolate reads position p as p / position_scale (position interpolation)."""
+
+    extensions = ("keep", "interpolate")
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -98,7 +126,9 @@ class Sinusoidal(PositionEncoding):
 
     def new_buffers(self) -> dict[str, torch.Tensor]:
         n = self.config.n_embd
-        return {"inv_freq": (10000.0 ** (-torch.arange(0, n, 2, dtype=torch.float64) / n)).float()}
+        inv_freq = 10000.0 ** (-torch.arange(0, n, 2, dtype=torch.float64) / n)
+        # p * (inv_freq / s) = (p / s) * inv_freq; position_scale is 1.0 unless interpolating (check_position_scaling)
+        return {"inv_freq": (inv_freq / self.config.position_scale).float()}
 
     def input_term(self, held: nn.Module, positions: torch.Tensor) -> torch.Tensor:
         angles = positions.float()[:, None] * held.inv_freq[None, :]
@@ -107,16 +137,29 @@ class Sinusoidal(PositionEncoding):
 
 
 class Rope(PositionEncoding):
-    """Rotary embeddings (Su et al. 2021): queries and keys turned by angles proportional to their position."""
+    """Rotary embeddings (Su et al. 2021): queries and keys turned by angles proportional to their position; their
+    frequencies scaled by position_scaling (rope_frequencies) where the context was extended."""
+
+    extensions = ("keep", "interpolate", "ntk", "yarn")
 
     @classmethod
     def check_config(cls, config) -> None:
-        if (config.n_embd // config.n_head) % 2:
+        head_dim = config.n_embd // config.n_head
+        if head_dim % 2:
             raise ValueError(f"pos_encoding='rope' needs an even head_dim, got n_embd/n_head = {config.n_embd}/"
-                             f"{config.n_head} = {config.n_embd // config.n_head}; change n_embd or n_head")
+                             f"{config.n_head} = {head_dim}; change n_embd or n_head")
+        if config.position_scaling == "ntk" and head_dim < 4:  # the base's exponent d/(d-2) needs d > 2
+            raise ValueError(f"position_scaling='ntk' needs head_dim >= 4, got {head_dim}; change n_embd or n_head")
 
-    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return rope_angles(positions, self.config.n_embd // self.config.n_head, self.config.rope_base)
+    def new_buffers(self) -> dict[str, torch.Tensor]:
+        if self.config.position_scaling == "none":
+            return {}  # unscaled angles are computed as they always were (rope_angles): old runs resume bit for bit
+        return {"rope_inv_freq": rope_frequencies(self.config).float()}
+
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.config.position_scaling == "none":
+            return rope_angles(positions, self.config.n_embd // self.config.n_head, self.config.rope_base)
+        return rotary_cos_sin(positions, held.rope_inv_freq, yarn_attention_factor(self.config))
 
 
 class Alibi(PositionEncoding):
@@ -179,17 +222,108 @@ def encoding_of(config) -> PositionEncoding:
     """The position encoding that config.pos_encoding names, checked against the rest of config."""
     if config.pos_encoding not in ENCODINGS:
         raise ValueError(f"pos_encoding={config.pos_encoding!r} is not one of {', '.join(POS_ENCODINGS)}")
+    check_position_scaling(config)
     ENCODINGS[config.pos_encoding].check_config(config)
     return ENCODINGS[config.pos_encoding](config)
+
+
+def scalings_of(pos_encoding: str) -> tuple[str, ...]:
+    """The position_scaling values an encoding takes: none, and each of its extensions but keep."""
+    return ("none", *(m for m in ENCODINGS[pos_encoding].extensions if m != "keep"))
+
+
+def check_position_scaling(config) -> None:
+    """position_scaling applies to the encoding, position_scale is a factor > 0 (1.0 unless scaling), and
+    trained_block_size (0: never extended) is not past block_size."""
+    scalings = scalings_of(config.pos_encoding)
+    if config.position_scaling not in scalings:
+        raise ValueError(f"position_scaling={config.position_scaling!r} does not apply to pos_encoding="
+                         f"{config.pos_encoding!r}, which takes {', '.join(scalings)}")
+    if not 0 < config.position_scale < math.inf:  # also catches NaN
+        raise ValueError(f"position_scale={config.position_scale} must be a finite factor > 0 (the factor the "
+                         "context is extended by: 2.0 reads position p as p/2)")
+    if config.position_scaling == "none" and config.position_scale != 1.0:
+        raise ValueError(f"position_scale={config.position_scale} does nothing with position_scaling='none'; give "
+                         f"position_scaling={'|'.join(scalings[1:]) or 'none'} too, or leave position_scale at 1.0")
+    if not 0 <= config.trained_block_size <= config.block_size:
+        raise ValueError(f"trained_block_size={config.trained_block_size} must be in [0, block_size="
+                         f"{config.block_size}]: the block_size the model was trained at before its context grew "
+                         "(0: it never grew)")
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (T, head_dim), float32, of the rotary angles at positions (T,), in the rotate-half layout:
     feature i and feature i + head_dim/2 form a pair, turned by pos * base^(-2i/head_dim)."""
     inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    return rotary_cos_sin(positions, inv_freq)
+
+
+def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
+                   attention_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (T, head_dim) of positions (T,) times inv_freq (head_dim/2,), float32, both multiplied by
+    attention_factor: queries and keys both turned by them scale every score q.k by attention_factor^2."""
     angles = positions.float()[:, None] * inv_freq[None, :]
     angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos(), angles.sin()
+    if attention_factor == 1.0:
+        return angles.cos(), angles.sin()
+    return angles.cos() * attention_factor, angles.sin() * attention_factor
+
+
+def rope_frequencies(config) -> torch.Tensor:
+    """rope's inv_freq (head_dim/2,), float64, under config.position_scaling with s = position_scale, d = head_dim,
+    b = rope_base, theta_i = b^(-2i/d) (docs/context_extension.md):
+      none         theta_i
+      interpolate  theta_i / s: position p turns as p/s does unscaled (Chen et al. 2023)
+      ntk          (b s^(d/(d-2)))^(-2i/d): the base grows, the lowest frequency is divided by s, the highest kept
+      yarn         theta_i / s where dimension i turns fewer than YARN_BETA_SLOW times over the trained length L
+                   (trained_block_size, else block_size), theta_i where more than YARN_BETA_FAST, linear in i
+                   between (Peng et al. 2023, as their code and transformers' _compute_yarn_parameters do)
+    """
+    d, base, s = config.n_embd // config.n_head, config.rope_base, config.position_scale
+    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d
+    theta = base ** -exponents
+    if config.position_scaling == "interpolate":
+        return theta / s
+    if config.position_scaling == "ntk":
+        return (base * s ** (d / (d - 2))) ** -exponents
+    if config.position_scaling == "yarn":
+        low, high = yarn_correction_range(d, base, config.trained_block_size or config.block_size)
+        ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / max(high - low, 0.001)).clamp(0, 1)
+        return theta / s * ramp + theta * (1 - ramp)  # ramp 0: extrapolated (kept), 1: interpolated
+    return theta
+
+
+def yarn_correction_range(head_dim: int, base: float, length: int) -> tuple[int, int]:
+    """The dimensions where YaRN's ramp starts and ends: dimension i turns length * theta_i / (2 pi) times over
+    the trained length; solved for YARN_BETA_FAST and YARN_BETA_SLOW turns, rounded outwards, within [0, d-1]."""
+    def dimension(turns: float) -> float:
+        return head_dim * math.log(length / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    return max(math.floor(dimension(YARN_BETA_FAST)), 0), min(math.ceil(dimension(YARN_BETA_SLOW)), head_dim - 1)
+
+
+def yarn_attention_factor(config) -> float:
+    """What YaRN multiplies cos and sin by: sqrt(1/t) = 0.1 ln(s) + 1 for s > 1 (the paper's temperature t, on
+    queries and keys both), 1 otherwise; 1 for every other scaling."""
+    s = config.position_scale
+    return 0.1 * math.log(s) + 1.0 if config.position_scaling == "yarn" and s > 1 else 1.0
+
+
+def grown_table(table: torch.Tensor, rows: int, method: str) -> torch.Tensor:
+    """A learned table (B, n_embd) grown to rows >= B rows, in its dtype (docs/context_extension.md):
+      interpolate  row p is the table read at x = p * B / rows (position interpolation's p/s, s = rows / B),
+                   linearly between trained rows floor(x) and floor(x)+1; past the last row (x > B-1) it is row B-1
+      copy         row p is trained row p mod B: the table tiled, as Longformer grew RoBERTa's 512 positions
+    Both keep row 0; for a whole s, interpolate's row s*k is trained row k.
+    """
+    old = table.size(0)
+    if method == "copy":
+        return table[torch.arange(rows, device=table.device) % old].clone()
+    x = torch.arange(rows, dtype=torch.float64, device=table.device) * old / rows
+    low = x.floor().long().clamp(max=old - 1)
+    high = (low + 1).clamp(max=old - 1)  # past the last row both ends are the last row: it is held
+    weight = (x - low)[:, None]
+    return ((1 - weight) * table[low].double() + weight * table[high].double()).to(table.dtype)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

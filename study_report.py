@@ -145,9 +145,11 @@ def comparison_table(rows: list[dict], block_size: int, labels: dict[str, str]) 
 
 
 def study_comparisons(records: list[dict], cells: list[str], lengths: list[int], ablate: "AblateConfig",
-                      block_size: int, own: dict[str, str] | None = None) -> dict[str, list[dict]]:
+                      block_size: int, own: dict[str, str] | None = None,
+                      bases: dict[str, str] | None = None) -> dict[str, list[dict]]:
     """The families of paired tests the results report; Holm's correction applies within each (and length).
-    cells: the cells at the common learning rate; own: {cell: the cell at its own learning rate} after a sweep.
+    cells: the cells at the common learning rate; own: {cell: the cell at its own learning rate} after a sweep;
+    bases: {finetune cell: the cell it started from} (ablate's from_cell).
     Past block_size the sliding protocol is compared only where its window is shorter than the eval length
     (else both protocols are one computation, and a model would be compared with itself)."""
     margin = ablate.equivalence_margin
@@ -171,6 +173,9 @@ def study_comparisons(records: list[dict], cells: list[str], lengths: list[int],
     for protocol in ablate.protocols:
         families[f"longer, {protocol}"] = comparisons(records, pairs_of(cells, protocol),
                                                       longer if protocol == "nonoverlapping" else past_window)
+    if bases and "sliding" in ablate.protocols and "nonoverlapping" in ablate.protocols:
+        families["finetune against its base's sliding window"] = comparisons(
+            records, [((c, "nonoverlapping"), (b, "sliding")) for c, b in bases.items()], past_window)
     return families
 
 
@@ -199,6 +204,9 @@ FAMILY_NOTES = {
     "to helps; positive: it hurts, and the sliding window is the better way to use that model on long text.",
     "longer, nonoverlapping": "Pairs of cells past the training length, non-overlapping windows.",
     "longer, sliding": "Pairs of cells past the training length, sliding window.",
+    "finetune against its base's sliding window": "Each from_cell cell (an extended, perhaps finetuned model) with "
+    "its whole window as context minus the model it started from under the sliding window, past the training "
+    "length. Negative: the extension reads further than the base can.",
 }
 
 

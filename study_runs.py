@@ -67,12 +67,15 @@ STUDY_GITIGNORE = ("# ablate.py: commit a study's records, not its checkpoints, 
 def settings(run: dict) -> dict:
     """Everything that changes a run's numbers: both configs (less NEUTRAL fields), the data's description (with
     its split's identity: rule, fractions, token counts, SHA-256 of each .bin), and, for a run of a study's plan,
-    the split it is scored on and the run it continues (its folder, by name)."""
+    the split it is scored on and the run it continues (its folder, by name); a finetune (ablate's from_cell),
+    whose init_from is given at train time (the checkpoint does not exist before), names the run it starts from."""
     description = read_description(resolve_data_dir(run["train_config"].dataset))
     found = {"train_config": {k: v for k, v in asdict(run["train_config"]).items() if k not in NEUTRAL},
              "model_config": asdict(run["model_config"]), "data": description}
     if "split" in run:  # study_identity's base configs are no run
         found["run"] = {"scored_on": run["split"], "starts_from": run["start_from"] and run["start_from"].name}
+        if run.get("finetune"):
+            found["run"]["finetunes"] = "/".join(run["start_from"].parts[-2:])  # <cell>/seed<N>
     return found
 
 
@@ -329,7 +332,10 @@ def train_run(run: dict, plan: list[dict], bar: tqdm, start: int) -> tuple[dict 
 def train_in(run: dict, folder: Path, bar: tqdm, start: int) -> dict:
     """train()'s result for the run trained in folder (empty; a branch resumes a copy of its start's checkpoint),
     its eval lines in folder/train.log so that the terminal keeps one bar, which follows its metrics.jsonl."""
-    if run["start_from"] is not None:
+    config = replace(run["train_config"], out_dir=str(folder))
+    if run.get("finetune"):  # a new run from the weights of the finished run it starts from
+        config = replace(config, init_from=str(run["start_from"] / CHECKPOINT))
+    elif run["start_from"] is not None:  # a branch: it resumes a copy of the finished run it continues
         with atomic_files(folder / CHECKPOINT) as (temp,):
             shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
     stop = threading.Event()
@@ -337,7 +343,7 @@ def train_in(run: dict, folder: Path, bar: tqdm, start: int) -> dict:
     watcher.start()
     try:
         with (folder / "train.log").open("w") as log, contextlib.redirect_stdout(log):
-            return train(replace(run["train_config"], out_dir=str(folder)), replace(run["model_config"]))
+            return train(config, replace(run["model_config"]))
     finally:
         stop.set()
         watcher.join()

@@ -41,6 +41,7 @@ from checkpoint import (
 from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import DTYPES, autocast_context, choose_device, choose_dtype
 from errors import UserError, main_guard
+from extend import METHODS, extend_for_training
 from memory import parameter_counts, saved_activation_bytes, training_state_bytes
 from model import GPT, GPTConfig
 from nanogpt import continue_training, init_checkpoint
@@ -68,6 +69,7 @@ class TrainConfig:
     out_dir: str = "out"  # checkpoints (ckpt.pt: latest, for resume; best.pt: lowest val loss) and metrics.jsonl
     dataset: str = "python_docs_char"  # a prepared folder under data/ (run its prepare.py), or a path to one
     init_from: str = "scratch"  # scratch | resume (out_dir/ckpt.pt) | gpt2, ... | a local HF GPT-2 dir | a ckpt.pt
+    extend_positions: str = ""  # init_from a model and a larger block_size: interpolate|copy|ntk|yarn|keep (extend.py)
     overwrite: bool = False  # let a new run (init_from other than resume) replace the run already in out_dir
     eval_interval: int = 250  # iterations between train/val loss estimates and checkpoints
     eval_iters: int = 200  # batches per loss estimate (the same batches every time)
@@ -125,6 +127,9 @@ class TrainConfig:
         if not self.out_dir.strip():
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
         check_init_from(self.init_from, ("scratch", "resume"))
+        if self.extend_positions not in ("", *METHODS):
+            raise ValueError(f"extend_positions={self.extend_positions!r} must be one of {', '.join(METHODS)} (or "
+                             "empty: a block_size larger than init_from's is refused)")
         check_schedule(self)
 
 
@@ -219,6 +224,9 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
     explicit names the settings the user gave: on resume, a model shape among them that differs from the
     checkpoint's is an error, not silently replaced by the checkpoint's.
     """
+    if config.extend_positions and config.init_from in ("scratch", "resume"):
+        raise UserError(f"--extend_positions={config.extend_positions} grows a trained model: give it with "
+                        "--init_from=<run folder, ckpt.pt or GPT-2> (a resumed run keeps the extension it has)")
     if config.init_from == "resume":
         return load_for_resume(Path(config.out_dir) / "ckpt.pt", model_config, data_description, config.dataset,
                                explicit)
@@ -228,7 +236,10 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         check_model_fits(model_config, choose_device(config.device), shards)
         return GPT(model_config), None
     if init_checkpoint(config.init_from) is not None:
-        return checkpoint_model(init_checkpoint(config.init_from), model_config, data_description)
+        model, state = checkpoint_model(init_checkpoint(config.init_from), model_config, data_description)
+        grew = extend_for_training(model, model_config.block_size, config.extend_positions, config.init_from,
+                                   "block_size" in explicit)
+        return model, None if grew else state  # an extended model finetunes from step 0
     if model_config.pos_encoding != "learned":
         raise UserError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
                         f"pos_encoding={model_config.pos_encoding!r}; set pos_encoding=learned or init_from=scratch")
@@ -238,6 +249,8 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
     model = load_pretrained(config.init_from, dropout=model_config.dropout)
     if model_config.block_size < model.config.block_size:
         model.crop_block_size(model_config.block_size)
+    extend_for_training(model, model_config.block_size, config.extend_positions, config.init_from,
+                        "block_size" in explicit)
     return model, None
 
 
