@@ -50,18 +50,18 @@ from pathlib import Path
 
 import torch
 
-import ablate_plots
-import study_plan
-from dataset import load_split, resolve_data_dir
 from errors import OptionError, UserError, main_guard
-from model import GPT, GPTConfig
+from gpt.model import GPT, GPTConfig
 from options import convert_value, parse_options
-from paired_stats import CONFIDENCE
-from study_cost import OutOfTime, parse_time_limit
-from study_eval import eval_lengths, sliding_geometry
-from study_report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
-from study_runs import finished_records, study_records, with_resolved_dtype
-from tokenizer import read_description
+from study import plan as study_plan
+from study import plots as ablate_plots
+from study.cost import OutOfTime, parse_time_limit
+from study.evaluation import eval_lengths, sliding_geometry
+from study.paired_stats import CONFIDENCE
+from study.report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
+from study.runs import finished_records, study_records, with_resolved_dtype
+from text.dataset import load_split, resolve_data_dir
+from text.tokenizer import read_description
 from train import TrainConfig, build_model
 
 # Set by the study for each run: a run starts from scratch in its own folder and keeps its final checkpoint.

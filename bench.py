@@ -38,15 +38,15 @@ from unittest import mock
 import torch
 from torch.nn import functional as F
 
-from bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, learn_bpe, train_hf
-from dataset import get_batch, load_split, read_text, resolve_data_dir, sample_offsets
-from devices import autocast_context, choose_device, choose_dtype, use_huge_pages
 from errors import UserError, main_guard
-from generate import FROZEN_STEP_OPTIONS, compile_frozen_step, compiled_decode_step, frozen
-from model import GPT, GPTConfig, has_fused_adamw
+from gpt.generate import FROZEN_STEP_OPTIONS, compile_frozen_step, compiled_decode_step, frozen
+from gpt.model import GPT, GPTConfig, has_fused_adamw
 from options import parse_options
-from tokenizer import GPT2Tokenizer, read_description
+from text.bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, learn_bpe, train_hf
+from text.dataset import get_batch, load_split, read_text, resolve_data_dir, sample_offsets
+from text.tokenizer import GPT2Tokenizer, read_description
 from train import TrainConfig, model_vocab_size, train, training_dtype
+from training.devices import autocast_context, choose_device, choose_dtype, use_huge_pages
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets; the first key found in the device name
 # counts (so "H100 PCIe" before "H100"). Other GPUs get their measured matmul peak.

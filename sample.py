@@ -13,15 +13,15 @@ from pathlib import Path
 
 import torch
 
-from checkpoint import SEED_LIMIT, check_init_from, load_pretrained, read_checkpoint
-from dataset import read_text
-from devices import DTYPES, autocast_context, choose_device, choose_dtype, use_huge_pages
 from errors import UserError, main_guard
-from generate import StopText, generate_stream
-from model import GPT
-from nanogpt import init_checkpoint
+from gpt.generate import StopText, generate_stream
+from gpt.model import GPT
 from options import REPEATED, parse_options
-from tokenizer import GPT2Tokenizer, Tokenizer, from_description
+from text.dataset import read_text
+from text.tokenizer import GPT2Tokenizer, Tokenizer, from_description
+from training.checkpoint import SEED_LIMIT, check_init_from, load_pretrained, read_checkpoint
+from training.devices import DTYPES, autocast_context, choose_device, choose_dtype, use_huge_pages
+from training.nanogpt import init_checkpoint
 
 MAX_SAMPLES = 4096  # one batch: a generator, a cache row and a text each
 MAX_NEW_TOKENS = 10**7

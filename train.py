@@ -23,8 +23,14 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from batches import Batch, BatchPrefetcher
-from checkpoint import (
+from errors import UserError, main_guard
+from gpt.extend import METHODS, extend_for_training
+from gpt.model import GPT, GPTConfig
+from options import parse_options_and_choices
+from text.dataset import get_batch, load_split, resolve_data_dir, sample_offsets
+from text.tokenizer import from_description, read_description, token_byte_counts
+from training.batches import Batch, BatchPrefetcher
+from training.checkpoint import (
     SEED_LIMIT,
     all_finite,
     best_subset,
@@ -38,15 +44,10 @@ from checkpoint import (
     restore,
     save_checkpoint,
 )
-from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
-from devices import DTYPES, autocast_context, choose_device, choose_dtype
-from errors import UserError, main_guard
-from extend import METHODS, extend_for_training
-from memory import parameter_counts, saved_activation_bytes, training_state_bytes
-from model import GPT, GPTConfig
-from nanogpt import continue_training, init_checkpoint
-from options import parse_options_and_choices
-from parallel import (
+from training.devices import DTYPES, autocast_context, choose_device, choose_dtype
+from training.memory import parameter_counts, saved_activation_bytes, training_state_bytes
+from training.nanogpt import continue_training, init_checkpoint
+from training.parallel import (
     PARALLELS,
     check_sharding,
     end_processes,
@@ -57,9 +58,8 @@ from parallel import (
     shard_model,
     wrap_for_training,
 )
-from run_dir import Interrupted, MetricsLog, StopRequest, claim_out_dir, start_wandb
-from schedule import check_schedule, get_lr
-from tokenizer import from_description, read_description, token_byte_counts
+from training.run_dir import Interrupted, MetricsLog, StopRequest, claim_out_dir, start_wandb
+from training.schedule import check_schedule, get_lr
 
 # ---- the config ---------------------------------------------------------------------------------------------------
 

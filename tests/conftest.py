@@ -58,7 +58,7 @@ def corpus_text() -> str:
 @pytest.fixture(scope="session")
 def char_data(tmp_path_factory, corpus_text) -> Path:
     """A prepared character-level dataset folder (read-only for the tests: copy it to change it)."""
-    from dataset import prepare
+    from text.dataset import prepare
 
     folder = tmp_path_factory.mktemp("char_data")
     prepare(corpus_text, folder, "char")

@@ -24,20 +24,20 @@ import torch
 from scipy import stats
 
 import ablate
-import ablate_plots
 import files
-import study_eval
-import study_runs
 from ablate import STUDY_CELLS as POS_ENCODINGS
 from ablate import AblateConfig, initial_model, run_plan, run_study, study_cells
-from checkpoint import load_checkpoint, model_from_checkpoint
-from dataset import load_split, prepare
 from errors import OptionError
-from model import GPTConfig
+from gpt.model import GPTConfig
 from options import parse_options
-from paired_stats import holm, interval, paired
-from study_eval import forward_pieces, token_losses
+from study import evaluation as study_eval
+from study import plots as ablate_plots
+from study import runs as study_runs
+from study.evaluation import forward_pieces, token_losses
+from study.paired_stats import holm, interval, paired
+from text.dataset import load_split, prepare
 from train import TrainConfig, train
+from training.checkpoint import load_checkpoint, model_from_checkpoint
 
 BLOCK = 16
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

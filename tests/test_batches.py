@@ -7,9 +7,9 @@ import numpy as np
 import torch
 from test_train import configs
 
-from batches import BatchPrefetcher
-from dataset import get_batch, sample_offsets
+from text.dataset import get_batch, sample_offsets
 from train import train
+from training.batches import BatchPrefetcher
 
 BLOCK, ROWS, STEPS = 8, 3, 6
 DATA = np.arange(1000, dtype=np.uint16) % 97

@@ -29,7 +29,7 @@ TINY_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\nAll
 def test_tokenizer_table_counts_tokens_per_utf8_byte(tmp_path, capsys):
     import tiktoken
 
-    from bpe_train import train_hf
+    from text.bpe_train import train_hf
 
     path = tmp_path / "tiny.txt"
     path.write_text(TINY_TEXT, encoding="utf-8")

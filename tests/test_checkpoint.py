@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
-from checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint, save_checkpoint
 from errors import UserError
-from model import GPT, GPTConfig
+from gpt.model import GPT, GPTConfig
 from train import TrainConfig, train
+from training import checkpoint
+from training.checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint, save_checkpoint
 
 
 def tiny_model(seed: int = 0) -> GPT:

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from corpus import CorpusConfig, prepare_corpus, text_pieces
-from cuts import line_start_before_end
-from dataset import get_batch, load_split
 from errors import UserError
-from tokenizer import GPT2Tokenizer, load_tokenizer
+from text.corpus import CorpusConfig, prepare_corpus, text_pieces
+from text.cuts import line_start_before_end
+from text.dataset import get_batch, load_split
+from text.tokenizer import GPT2Tokenizer, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 EOT = 50256
@@ -187,7 +187,7 @@ def test_prepare_script_then_the_training_data_loader(tmp_path, corpus_text, scr
 
 MEASURE = """
 import json, multiprocessing, sys, threading
-from corpus import CorpusConfig, prepare_corpus
+from text.corpus import CorpusConfig, prepare_corpus
 
 def peak_kilobytes(pid):  # VmHWM restarts at exec; ru_maxrss would count the parent's memory at spawn
     with open(f"/proc/{pid}/status") as status:
@@ -279,7 +279,7 @@ def test_pieces_of_a_text_without_newlines_encode_to_the_tokens_of_the_whole(tmp
 
 
 def test_a_word_longer_than_any_cut_is_cut_at_a_character_start(tmp_path):
-    from cuts import MIN_FORCED_CUT
+    from text.cuts import MIN_FORCED_CUT
 
     text = "é" * MIN_FORCED_CUT  # no newline, no space: 2 bytes a character
     (tmp_path / "t.txt").write_text(text, encoding="utf-8")
@@ -289,7 +289,7 @@ def test_a_word_longer_than_any_cut_is_cut_at_a_character_start(tmp_path):
 
 
 def test_the_test_split_leaves_val_as_it_was_and_is_recorded(tmp_path, corpus_text):
-    from dataset import split_difference, split_identity
+    from text.dataset import split_difference, split_identity
 
     documents = write_corpus(tmp_path / "corpus", corpus_text)
     common = dict(input=str(tmp_path / "corpus"), val_fraction=0.2, workers=1, progress=False)
@@ -310,9 +310,9 @@ def test_the_test_split_leaves_val_as_it_was_and_is_recorded(tmp_path, corpus_te
 
 
 def test_a_learned_bpe_from_the_training_documents_alone(tmp_path, corpus_text):
-    from bpe_train import TokenizerConfig
-    from corpus import draw_split
-    from tokenizer import BPETokenizer
+    from text.bpe_train import TokenizerConfig
+    from text.corpus import draw_split
+    from text.tokenizer import BPETokenizer
 
     documents = write_corpus(tmp_path / "corpus", corpus_text)
     config = CorpusConfig(input=str(tmp_path / "corpus"), val_fraction=0.25, workers=2, chunk_bytes=512,
@@ -336,8 +336,8 @@ def test_a_learned_bpe_from_the_training_documents_alone(tmp_path, corpus_text):
 
 
 def test_a_char_corpus_has_every_character_and_end_of_text_after_each_document(tmp_path, corpus_text):
-    from bpe_train import TokenizerConfig
-    from tokenizer import CharTokenizer, from_description, token_byte_counts
+    from text.bpe_train import TokenizerConfig
+    from text.tokenizer import CharTokenizer, from_description, token_byte_counts
 
     documents = write_corpus(tmp_path / "corpus", corpus_text)
     config = CorpusConfig(input=str(tmp_path / "corpus"), val_fraction=0.25, workers=1, chunk_bytes=512,

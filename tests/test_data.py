@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-import dataset
-from bpe_train import TokenizerConfig
-from cuts import text_cut
-from dataset import (
+from errors import UserError
+from text import dataset
+from text.bpe_train import TokenizerConfig
+from text.cuts import text_cut
+from text.dataset import (
     PrepareConfig,
     get_batch,
     load_split,
@@ -29,8 +30,7 @@ from dataset import (
     sample_offsets,
     token_dtype,
 )
-from errors import UserError
-from tokenizer import TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, from_description, load_tokenizer
+from text.tokenizer import TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, from_description, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 20

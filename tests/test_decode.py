@@ -9,11 +9,11 @@ import pytest
 import torch
 from test_model import BLOCK, max_abs, random_ids, tiny_model
 
-import generate as G
-import model as M
-from positions import POS_ENCODINGS
+from gpt import generate as G
+from gpt import model as M
+from gpt.positions import POS_ENCODINGS
 from sample import incremental_text
-from tokenizer import GPT2Tokenizer
+from text.tokenizer import GPT2Tokenizer
 
 
 def eager_and_compiled_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor):

@@ -39,7 +39,8 @@ def transparent_huge_pages_mode() -> str:
 # After the command lines' own imports, asks for huge pages as their main() does first, fills a 16 MiB tensor and
 # prints how much of this process's memory the kernel mapped in huge pages (KiB).
 HUGE_PAGE_PROBE = """
-import sample, bench, train, devices, torch
+import sample, bench, train, torch
+from training import devices
 devices.use_huge_pages()
 tensor = torch.empty(4 << 20).fill_(1.0)
 print(next(int(line.split()[1]) for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages")))

@@ -15,14 +15,14 @@ from test_model import BLOCK, max_abs, random_ids, tiny_model
 from test_train import assert_same_state, run
 
 import ablate
-import positions as P
 import train as train_module
-from checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint
 from errors import OptionError, main_guard
-from extend import extend_model, extended_config
-from model import GPTConfig, InputLayer
+from gpt import positions as P
+from gpt.extend import extend_model, extended_config
+from gpt.model import GPTConfig, InputLayer
 from options import parse_options
 from train import TrainConfig
+from training.checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint
 
 # Every (encoding, method) that applies, and so every way a model can be extended.
 APPLICABLE = [(encoding, method) for encoding in P.POS_ENCODINGS for method in P.ENCODINGS[encoding].extensions]

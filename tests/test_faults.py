@@ -24,12 +24,12 @@ import torch
 
 import sample
 import train as train_module
-from checkpoint import load_checkpoint, save_checkpoint
-from dataset import prepare
 from errors import OptionError, UserError, main_guard
 from files import lock_folder
 from options import chosen_values, parse_options
-from tokenizer import CharTokenizer
+from text.dataset import prepare
+from text.tokenizer import CharTokenizer
+from training.checkpoint import load_checkpoint, save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = dict(device="cpu", compile=False, progress=False, batch_size=4, eval_iters=2, eval_interval=4,
@@ -598,7 +598,7 @@ def test_sigterm_during_an_eval_only_run_writes_nothing(run_copy, monkeypatch):
 
 
 def test_resume_on_another_split_of_the_same_characters_is_refused(run_copy, corpus_text, capsys):
-    from dataset import PrepareConfig
+    from text.dataset import PrepareConfig
 
     text = corpus_text[:5000]
     prepare(text, run_copy / "other", "char", PrepareConfig(val_fraction=0.2))
@@ -717,7 +717,7 @@ def test_resume_in_a_read_only_out_dir_is_one_line(run_copy, capsys, monkeypatch
             pytest.skip("root writes any folder")
         run.chmod(0o555)
     else:  # what access() answers on a file system mounted read-only, for root too
-        import run_dir
+        from training import run_dir
 
         monkeypatch.setattr(run_dir.os, "access", lambda path, mode: Path(path) != run)
     before = digests(run_copy)

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from dataset import get_batch, load_split, sample_offsets
-from memory import per_gpu_bytes
-from model import GPT, GPTConfig
+from gpt.model import GPT, GPTConfig
+from text.dataset import get_batch, load_split, sample_offsets
 from train import TrainConfig, train
+from training.memory import per_gpu_bytes
 
 pytestmark = pytest.mark.gpu
 
@@ -69,8 +69,8 @@ def test_compiled_training_step_equals_eager(tmp_path, char_data):
 # fp32 on one batch, then one AdamW step of each.
 FSDP_WORKER = """
 import sys, torch, torch.distributed as dist
-from model import GPT, GPTConfig
-from parallel import end_processes, full_model_state, shard_model
+from gpt.model import GPT, GPTConfig
+from training.parallel import end_processes, full_model_state, shard_model
 dist.init_process_group("nccl")
 device = torch.device("cuda", 0)
 torch.cuda.set_device(device)

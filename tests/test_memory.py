@@ -5,7 +5,8 @@ the closed-form count of a GPT-2."""
 import pytest
 import torch
 
-from memory import (
+from gpt.model import GPT, GPTConfig
+from training.memory import (
     MemoryConfig,
     gpt2_config,
     memory_table,
@@ -14,7 +15,6 @@ from memory import (
     saved_activation_bytes,
     training_state_bytes,
 )
-from model import GPT, GPTConfig
 
 SMALL = GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=500, block_size=32, dropout=0.0)
 

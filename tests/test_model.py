@@ -16,12 +16,12 @@ from scipy import stats
 from torch import nn
 from torch.nn import functional as F
 
-import gpt2_weights
-import input_layer_numpy as ref
-import model as M
-import positions as P
-from generate import filter_logits, sample_next_token
-from model import GPT, GPTConfig, InputLayer
+from gpt import gpt2_weights
+from gpt import input_layer_numpy as ref
+from gpt import model as M
+from gpt import positions as P
+from gpt.generate import filter_logits, sample_next_token
+from gpt.model import GPT, GPTConfig, InputLayer
 
 POS_ENCODINGS = P.POS_ENCODINGS
 BLOCK, VOCAB = 16, 37  # the tiny model of most tests

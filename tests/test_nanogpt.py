@@ -16,14 +16,14 @@ import pytest
 import torch
 from scipy.special import erf
 
-from checkpoint import read_checkpoint
-from dataset import load_split, resolve_data_dir
 from errors import UserError
-from model import GPT, GPTConfig
-from nanogpt import continue_training, init_checkpoint
+from gpt.model import GPT, GPTConfig
 from sample import SampleConfig, load_model, sample
-from tokenizer import read_description
+from text.dataset import load_split, resolve_data_dir
+from text.tokenizer import read_description
 from train import TrainConfig, train
+from training.checkpoint import read_checkpoint
+from training.nanogpt import continue_training, init_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 CHARS = "\n !&',-.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # 63 characters

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from checkpoint import load_checkpoint, model_from_checkpoint
-from model import GPT, GPTConfig
+from gpt.model import GPT, GPTConfig
 from train import TrainConfig, train
+from training.checkpoint import load_checkpoint, model_from_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = dict(device="cpu", compile=False, progress=False, batch_size=4, eval_iters=2, log_interval=1,
@@ -25,8 +25,8 @@ WORKER_CONFIG = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=40, block_size=8
 # compares: gathered gradients, each rank's shards, the logits of the sharded model and its full state dict.
 WORKER = """
 import sys, torch, torch.distributed as dist
-from model import GPT, GPTConfig
-from parallel import end_processes, full_model_state, gradient_sync, shard_model
+from gpt.model import GPT, GPTConfig
+from training.parallel import end_processes, full_model_state, gradient_sync, shard_model
 dist.init_process_group("gloo")
 rank, result = dist.get_rank(), {}
 batches = torch.randint(0, 40, (4, 3, 9), generator=torch.Generator().manual_seed(1))
@@ -209,7 +209,7 @@ def test_without_fsdp2_a_single_process_trains_and_fsdp_is_refused(tmp_path, cha
 
 def test_check_sharding_refuses_float16_and_passes_what_fsdp_runs():
     from errors import UserError
-    from parallel import check_sharding
+    from training.parallel import check_sharding
 
     with pytest.raises(UserError, match="not float16"):
         check_sharding("fsdp", 2, torch.float16)

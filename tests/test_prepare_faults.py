@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from test_faults import assert_one_line_error, cli, digests
 
-from dataset import load_split, prepare, prepare_main, split_difference, split_identity
 from errors import UserError
-from tokenizer import CharTokenizer
+from text.dataset import load_split, prepare, prepare_main, split_difference, split_identity
+from text.tokenizer import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 30
@@ -77,7 +77,7 @@ def test_bad_tokenizer_and_split_settings_keep_the_old_dataset(prepared, tmp_pat
 
 
 def test_an_input_too_large_to_hold_is_sent_to_the_corpus_preparer(prepared, tmp_path, capsys, monkeypatch):
-    import dataset
+    from text import dataset
 
     monkeypatch.setattr(dataset, "MAX_TEXT_BYTES", 100)
     before = digests(prepared)
@@ -137,7 +137,7 @@ def test_split_identity_is_the_same_for_the_same_prepare_and_names_a_change(tmp_
     identity = split_identity(first)
     assert (identity["val_fraction"], identity["test_fraction"]) == (0.1, 0.1)
     assert identity["train_tokens"] + identity["val_tokens"] + identity["test_tokens"] == len(TEXT)
-    from dataset import PrepareConfig
+    from text.dataset import PrepareConfig
 
     other = prepare(TEXT, tmp_path / "c", "char", PrepareConfig(test_fraction=0.2))
     assert "test_fraction 0.1 before, 0.2 now" in split_difference(first, other)
@@ -148,7 +148,7 @@ def test_split_identity_is_the_same_for_the_same_prepare_and_names_a_change(tmp_
 
 def old_rule_description(description: dict, text: str, cut_at: tuple[int, int]) -> dict:
     """description as the code before cut a char dataset (OLD_SINGLE_TEXT_RULE): its token stream at cut_at."""
-    from dataset import OLD_SINGLE_TEXT_RULE, split_record
+    from text.dataset import OLD_SINGLE_TEXT_RULE, split_record
 
     ids = CharTokenizer(description["chars"]).encode_documents(text).astype(np.uint16)
     parts = {"train": ids[:cut_at[0]], "test": ids[cut_at[0]:cut_at[1]], "val": ids[cut_at[1]:]}
@@ -158,7 +158,7 @@ def old_rule_description(description: dict, text: str, cut_at: tuple[int, int]) 
 
 
 def test_a_run_on_an_old_rule_dataset_resumes_unless_its_split_moved(tmp_path):
-    from checkpoint import check_split
+    from training.checkpoint import check_split
 
     text = TEXT[7:]  # 2423 characters: 80% of them ends inside a word
     new = prepare(text, tmp_path / "new", "char")

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from errors import UserError
-from run_dir import MetricsLog, StopRequest, claim_out_dir
+from training.run_dir import MetricsLog, StopRequest, claim_out_dir
 
 
 def test_a_new_run_over_an_old_one_needs_resume_or_overwrite(tmp_path):

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from dataset import prepare
 from errors import OptionError
-from model import GPT, GPTConfig
+from gpt.model import GPT, GPTConfig
 from sample import SampleConfig, encode_prompt, load_model, sample
-from tokenizer import CharTokenizer, GPT2Tokenizer
+from text.dataset import prepare
+from text.tokenizer import CharTokenizer, GPT2Tokenizer
 from train import TrainConfig, train
 
 REPO = Path(__file__).resolve().parents[1]

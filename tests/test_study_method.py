@@ -19,18 +19,18 @@ import torch
 from scipy import stats
 
 import ablate
-import study_plan
-import study_runs
 from ablate import AblateConfig, cell_label, run_study
-from checkpoint import load_checkpoint
-from dataset import PrepareConfig, prepare, sample_offsets
 from errors import main_guard
-from model import GPTConfig
-from paired_stats import tost, verdict
-from schedule import cosine_lr, get_lr, wsd_lr
-from study_eval import bits_per, target_counts
-from tokenizer import CharTokenizer, GPT2Tokenizer
+from gpt.model import GPTConfig
+from study import plan as study_plan
+from study import runs as study_runs
+from study.evaluation import bits_per, target_counts
+from study.paired_stats import tost, verdict
+from text.dataset import PrepareConfig, prepare, sample_offsets
+from text.tokenizer import CharTokenizer, GPT2Tokenizer
 from train import TrainConfig, train
+from training.checkpoint import load_checkpoint
+from training.schedule import cosine_lr, get_lr, wsd_lr
 
 BLOCK = 16
 
@@ -472,7 +472,7 @@ def test_a_pair_with_no_spread_reads_as_no_test_in_every_report():
     """Two cells 0.005 apart in both seeds: no p, no interval, not significant, not equivalent (at a margin of
     0.02 the old code said equivalent from these 2 seeds), in the row, the table and the budget gap; a pair with
     spread beside it is tested as before, and Holm counts the untested row in the family."""
-    import study_report
+    from study import report as study_report
 
     records = eval_records({"a": {1: 2.305, 2: 2.310}, "b": {1: 2.300, 2: 2.305}, "c": {1: 2.40, 2: 2.33}},
                            {"a": 1000, "b": 1000, "c": 1000})
@@ -502,7 +502,7 @@ def test_an_interval_is_printed_from_its_own_ends_and_tost_speaks_the_rows_unit(
     """The 8192 BPE against GPT-2 on Shakespeare (docs/tokenizers_shakespeare/results.json): low 0.004461 prints
     +0.0045 (and 0.004 at three digits, not the 0.005 that rounding +0.0045 again gives). The TOST note names the
     unit the rows were compared in: bits/byte where the cells tokenize differently."""
-    import study_report
+    from study import report as study_report
 
     row = {"a": "bpe8192", "b": "gpt2", "a_protocol": "nonoverlapping", "b_protocol": "nonoverlapping",
            "length": 64, "mean": 0.015259918265298822, "low": 0.00446052668961909, "high": 0.026059309840978553,
@@ -521,7 +521,7 @@ def test_an_interval_is_printed_from_its_own_ends_and_tost_speaks_the_rows_unit(
 def test_cells_that_tokenize_differently_are_compared_in_bits_per_byte():
     """Cells on datasets that tokenize the same text differently (char vs BPE) score different token counts;
     their paired gap is taken seed by seed in bits per byte, each run's own bytes, by hand here."""
-    import study_report
+    from study import report as study_report
 
     def record(cell, seed, loss, tokens, nbytes):
         return {"variant": cell, "seed": seed, "eval": {"tokens": tokens, "bytes": nbytes, "chars": nbytes,

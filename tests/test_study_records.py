@@ -17,11 +17,11 @@ from test_ablate import corpus
 from test_faults import assert_one_line_error, cli
 
 import ablate
-import study_cost
-import study_runs
 from ablate import AblateConfig, run_study
-from dataset import prepare
-from model import GPTConfig
+from gpt.model import GPTConfig
+from study import cost as study_cost
+from study import runs as study_runs
+from text.dataset import prepare
 from train import TrainConfig
 
 STUDY = dict(variants="learned,none", seeds=2, budgets="4,8", eval_multipliers=1, protocols="nonoverlapping",

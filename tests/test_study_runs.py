@@ -24,10 +24,10 @@ from test_faults import assert_one_line_error, cli, digests
 
 import ablate
 import files
-import study_runs
 from ablate import AblateConfig, run_plan, run_study
-from dataset import prepare
-from model import GPTConfig
+from gpt.model import GPTConfig
+from study import runs as study_runs
+from text.dataset import prepare
 from train import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]

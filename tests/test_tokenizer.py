@@ -8,10 +8,10 @@ import unicodedata
 import numpy as np
 import pytest
 
-from bpe_train import MIN_VOCAB_SIZE, TokenizerConfig, byte_symbols, learn_bpe, learned_tokens, train_hf
-from dataset import PrepareConfig, prepare
 from errors import UserError
-from tokenizer import (
+from text.bpe_train import MIN_VOCAB_SIZE, TokenizerConfig, byte_symbols, learn_bpe, learned_tokens, train_hf
+from text.dataset import PrepareConfig, prepare
+from text.tokenizer import (
     END_OF_TEXT,
     BPETokenizer,
     CharTokenizer,
@@ -204,7 +204,7 @@ def test_a_vocabulary_larger_than_the_text_allows(tmp_path):
 
 def test_a_model_trained_on_a_learned_bpe_resumes_and_samples_with_no_tokenizer_flag(tmp_path, corpus_text):
     """The description (tokens included) goes into the checkpoint the way char's and GPT-2's do."""
-    from model import GPTConfig
+    from gpt.model import GPTConfig
     from sample import SampleConfig, load_model, sample
     from train import TrainConfig, train
 

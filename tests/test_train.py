@@ -22,12 +22,12 @@ import pytest
 import torch
 
 import train as train_module
-from checkpoint import load_checkpoint
-from dataset import get_batch, prepare
 from errors import UserError
-from model import GPT, GPTConfig
+from gpt.model import GPT, GPTConfig
 from options import parse_options
+from text.dataset import get_batch, prepare
 from train import TrainConfig, get_lr, train
+from training.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = dict(device="cpu", compile=False, progress=False, batch_size=4, eval_iters=2, eval_interval=1000,
@@ -437,7 +437,7 @@ def bpe_run(tmp_path_factory, corpus_text) -> Path:
 
 def test_bpe_train_and_sample(bpe_run):
     import sample
-    from tokenizer import GPT2Tokenizer
+    from text.tokenizer import GPT2Tokenizer
 
     model, tokenizer = sample.load_model("resume", str(bpe_run))
     assert isinstance(tokenizer, GPT2Tokenizer) and model.config.vocab_size == 50304

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bpe_train import TokenizerConfig  # noqa: E402
-from corpus import CorpusConfig, prepare_corpus  # noqa: E402
 from errors import main_guard  # noqa: E402
 from options import parse_options  # noqa: E402
+from text.bpe_train import TokenizerConfig  # noqa: E402
+from text.corpus import CorpusConfig, prepare_corpus  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dataset import prepare_main  # noqa: E402
+from text.dataset import prepare_main  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

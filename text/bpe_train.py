@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from errors import UserError
-from tokenizer import END_OF_TEXT, GPT2_PATTERN, KINDS, BPETokenizer
+from text.tokenizer import END_OF_TEXT, GPT2_PATTERN, KINDS, BPETokenizer
 
 SPECIAL_TOKENS = (END_OF_TEXT,)
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)  # every byte, then the special tokens

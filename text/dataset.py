@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bpe_train import TokenizerConfig, learn_bpe
-from cuts import stream_pieces, text_cut
 from errors import OfflineError, UserError
 from files import atomic_files, replace_files
-from nanogpt import is_data_folder
-from tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
+from text.bpe_train import TokenizerConfig, learn_bpe
+from text.cuts import stream_pieces, text_cut
+from text.tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
+from training.nanogpt import is_data_folder
 
-REPO_ROOT = Path(__file__).resolve().parent
+REPO_ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "val", "test")
 SINGLE_TEXT_RULE = ("train | test | val in text order, cut in characters: val the last val_fraction, test the "
                     "test_fraction before it, each cut moved back to where a piece of the text starts")

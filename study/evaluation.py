@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from devices import autocast_context
-from model import GPT
-from positions import encoding_of
-from tokenizer import from_description, token_byte_counts, token_char_counts
+from gpt.model import GPT
+from gpt.positions import encoding_of
+from text.tokenizer import from_description, token_byte_counts, token_char_counts
+from training.devices import autocast_context
 
 if typing.TYPE_CHECKING:
     from ablate import AblateConfig

@@ -142,7 +142,9 @@ def optimizer_state_fits(saved: object, optimizer) -> bool:
 def continue_training(run, state: dict, source: Path) -> None:
     """Carry on the run a checkpoint came from (its AdamW moments, step and best val loss) where its optimizer
     state fits the optimizer built here; else the weights alone are trained from step 0, as a finetune."""
-    from parallel import load_optimizer_state  # here: tokenizer.py reads data folders through this module, torch-free
+    from training.parallel import (
+        load_optimizer_state,  # here: tokenizer.py reads data folders through this module, torch-free
+    )
 
     saved, optimizer = state.get("optimizer"), run.optimizer
     if not optimizer_state_fits(saved, optimizer):

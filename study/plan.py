@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from errors import OptionError
-from schedule import wsd_decay_iters
+from training.schedule import wsd_decay_iters
 
 MAX_RUNS = 100_000  # runs in one plan: it is built in memory
 STABLE = "stable"  # the role of a constant-rate segment that wsd budgets branch from; it is not evaluated

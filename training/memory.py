@@ -1,7 +1,7 @@
 """What one GPU holds while training GPT-2 with AdamW, from the model's shapes: DDP against FSDP.
 
-    python memory.py                    # the README's table: 124M to 13B, 8 GPUs, micro-batch 8 x 1024 tokens
-    python memory.py --micro_batch=4 --gpus=16 --gpu_gb=40
+    python -m training.memory                  # the README's table: 124M to 13B, 8 GPUs, micro-batch 8 x 1024 tokens
+    python -m training.memory --micro_batch=4 --gpus=16 --gpu_gb=40
 
 Mixed precision as train.py runs it on a GPU: fp32 weights, gradients and AdamW moments (16 bytes per parameter),
 bf16 autocast for the matrix products, flash attention, dropout 0. DDP keeps all 16 bytes on every GPU (with
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model import GPT, GPTConfig
+from gpt.model import GPT, GPTConfig
 
 # (n_layer, n_head, n_embd): GPT-2's four, then three of GPT-3's shapes (Brown et al., table 2.1) to find the limits
 MODELS = {"gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280),
@@ -132,7 +132,7 @@ def memory_table(config: MemoryConfig) -> str:
 def main(argv: list[str]) -> None:
     from options import parse_options
 
-    (config,) = parse_options(argv, (MemoryConfig,), prog="memory.py", description=__doc__)
+    (config,) = parse_options(argv, (MemoryConfig,), prog="python -m training.memory", description=__doc__)
     print(memory_table(config))
 
 

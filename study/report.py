@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import ablate_plots
 from files import write_atomic
-from paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
-from study_eval import bits_per, sliding_geometry
+from study import plots as ablate_plots
+from study.evaluation import bits_per, sliding_geometry
+from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
 
 if typing.TYPE_CHECKING:
     from ablate import AblateConfig

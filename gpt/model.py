@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
-from positions import encoding_of, rotate
+from gpt.positions import encoding_of, rotate
 
 
 @dataclass
@@ -425,7 +425,7 @@ class GPT(nn.Module):
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                  **kwargs) -> torch.Tensor:
         """idx (B, T) followed by max_new_tokens sampled tokens (nanoGPT's signature; see generate.generate_stream)."""
-        import generate  # generate.py imports this module
+        from gpt import generate  # generate.py imports this module
 
         new_tokens = list(generate.generate_stream(self, idx, max_new_tokens, temperature, top_k, **kwargs))
         return torch.cat([idx, *new_tokens], dim=1)
@@ -433,13 +433,13 @@ class GPT(nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_dir: str, dropout: float = 0.0) -> "GPT":
         """GPT-2 weights from a local Hugging Face directory, or by name (gpt2, gpt2-medium, ...) with network."""
-        import gpt2_weights  # gpt2_weights.py imports this module
+        from gpt import gpt2_weights  # gpt2_weights.py imports this module
 
         return gpt2_weights.from_pretrained(name_or_dir, dropout)
 
     def export_hf(self, directory) -> None:
         """Write config.json + model.safetensors that transformers' GPT2LMHeadModel.from_pretrained loads."""
-        import gpt2_weights
+        from gpt import gpt2_weights
 
         gpt2_weights.export_hf(self, directory)
 

@@ -19,11 +19,11 @@ import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dataset import resolve_data_dir
 from errors import OptionError
-from study_eval import protocol_window, sliding_geometry
-from study_plan import STABLE, tokens_per_iter
-from tokenizer import read_description
+from study.evaluation import protocol_window, sliding_geometry
+from study.plan import STABLE, tokens_per_iter
+from text.dataset import resolve_data_dir
+from text.tokenizer import read_description
 from train import train
 
 if typing.TYPE_CHECKING:

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from paired_stats import CONFIDENCE, interval
+from study.paired_stats import CONFIDENCE, interval
 
 BAND = f"bands: {CONFIDENCE:.0%} t interval over seeds"
 

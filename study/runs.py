@@ -29,18 +29,18 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from checkpoint import load_checkpoint, read_checkpoint
-from dataset import load_split, resolve_data_dir, split_identity
-from devices import choose_device, choose_dtype
 from errors import OptionError, UserError
 from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
-from model import GPTConfig
-from study_cost import OutOfTime, TimeBox, parse_time_limit, plan_view, run_estimates
-from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_counts
-from study_plan import STABLE, tokens_per_iter
-from study_report import CHECKPOINT
-from tokenizer import read_description
+from gpt.model import GPTConfig
+from study.cost import OutOfTime, TimeBox, parse_time_limit, plan_view, run_estimates
+from study.evaluation import eval_lengths, evaluate_model, sliding_geometry, target_counts
+from study.plan import STABLE, tokens_per_iter
+from study.report import CHECKPOINT
+from text.dataset import load_split, resolve_data_dir, split_identity
+from text.tokenizer import read_description
 from train import TrainConfig, train, training_dtype
+from training.checkpoint import load_checkpoint, read_checkpoint
+from training.devices import choose_device, choose_dtype
 
 if typing.TYPE_CHECKING:
     from ablate import AblateConfig

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from dataset import OLD_SINGLE_TEXT_RULE, split_difference, split_identity
 from errors import UserError
 from files import atomic_files
-from gpt2_weights import GPT2_NAMES
-from model import GPT, GPTConfig
-from nanogpt import init_checkpoint, is_checkpoint, to_ours
-from parallel import full_model_state, full_optimizer_state, load_optimizer_state
-from tokenizer import check_description, tokenizer_difference
+from gpt.gpt2_weights import GPT2_NAMES
+from gpt.model import GPT, GPTConfig
+from text.dataset import OLD_SINGLE_TEXT_RULE, split_difference, split_identity
+from text.tokenizer import check_description, tokenizer_difference
+from training.nanogpt import init_checkpoint, is_checkpoint, to_ours
+from training.parallel import full_model_state, full_optimizer_state, load_optimizer_state
 
 BEST_KEYS = ("model_args", "model", "tokenizer", "iter_num", "best_val_loss")  # what best.pt holds of ckpt.pt
 RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")  # what resuming needs beyond BEST_KEYS

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from model import GPT, KVCache
+from gpt.model import GPT, KVCache
 
 DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache], torch.Tensor]
 

@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from bpe_train import TokenizerConfig, learn_bpe
-from cuts import stream_pieces
-from dataset import SPLITS, check_overwrite, check_test_fraction, split_record, token_dtype
 from errors import UserError
 from files import replace_files
-from tokenizer import DATASET_FILES, CharTokenizer, GPT2Tokenizer, Tokenizer, from_description
+from text.bpe_train import TokenizerConfig, learn_bpe
+from text.cuts import stream_pieces
+from text.dataset import SPLITS, check_overwrite, check_test_fraction, split_record, token_dtype
+from text.tokenizer import DATASET_FILES, CharTokenizer, GPT2Tokenizer, Tokenizer, from_description
 
 SUFFIXES = (".txt", ".jsonl")
 CORPUS_RULE = ("one draw u of random.Random(seed) per document, in sorted file order: val if u < val_fraction, "
