@@ -40,12 +40,11 @@ The results (results.md, .csv, .json and the plots) go to <study_dir>, in nats p
 """
 
 import itertools
-import math
 import signal
 import sys
 import time
 import typing
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import torch
@@ -55,7 +54,8 @@ from gpt.model import GPT, GPTConfig
 from options import convert_value, parse_options
 from study import plan as study_plan
 from study import plots as ablate_plots
-from study.cost import OutOfTime, parse_time_limit
+from study.config import PER_RUN, AblateConfig
+from study.cost import OutOfTime
 from study.evaluation import eval_lengths, sliding_geometry
 from study.paired_stats import CONFIDENCE
 from study.report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
@@ -64,103 +64,8 @@ from text.dataset import load_split, resolve_data_dir
 from text.tokenizer import read_description
 from train import TrainConfig, build_model
 
-# Set by the study for each run: a run starts from scratch in its own folder and keeps its final checkpoint.
-PER_RUN = ("vocab_size", "seed", "out_dir", "init_from", "eval_only", "overwrite", "always_save_checkpoint")
-PROTOCOLS = ("nonoverlapping", "sliding")
-SPLITS = ("test", "val")
-MAX_SEEDS = 10_000  # seeds per cell: a plan of them is built in memory
-MAX_SEED = 2**63 - 1  # seeds are int64
 LABEL_WORDS = {"learning_rate": "lr", "learned_init_std": "init std"}  # how cell_label names these settings
-
 FROM_CELL = "from_cell"  # the cell setting of a finetune: the cell whose final checkpoint each seed starts from
-
-# The cells of README's study; the other registered encodings (positions.POS_ENCODINGS: t5) join with --variants.
-STUDY_CELLS = ("learned", "sinusoidal", "rope", "alibi", "none")
-
-
-@dataclass
-class AblateConfig:
-    study_dir: str = "out-ablate"  # study folder: one sub-folder per run (<cell>/seed<N>) and the results
-    variants: list[str] = field(default_factory=lambda: list(STUDY_CELLS))  # cells: "rope", "name=value name=value"
-    grid: str = ""  # more cells, the cross product of "name=v1,v2;name2=v3,v4"; added after variants
-    seeds: int = 5  # runs per cell, seeded first_seed, first_seed+1, ...
-    first_seed: int = 1337  # seed of each cell's first run: initialisation and batch order
-    budgets: list[int] = field(default_factory=list)  # steps each cell trains to, each a whole schedule; []: max_iters
-    headline_budget: int = 0  # the budget of the main tables (one of budgets); 0: the largest
-    eval_split: str = "test"  # the split final models are scored on: test (no choice looked at it) | val
-    lr_sweep: list[float] = field(default_factory=list)  # learning rates tried per cell on val; []: no sweep
-    lr_sweep_seeds: int = 2  # seeds per (cell, learning rate) of the sweep, from lr_sweep_first_seed
-    lr_sweep_first_seed: int = 100_000  # the sweep's first seed: its seeds must not be the headline's
-    lr_sweep_budget: int = 0  # steps of each sweep run; 0: the headline budget
-    equivalence_margin: float = 0.0  # TOST margin (nats/token), fixed before the study runs; 0: no TOST
-    eval_multipliers: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0])  # eval lengths / block_size
-    protocols: list[str] = field(default_factory=lambda: list(PROTOCOLS))  # nonoverlapping | sliding
-    sliding_window: int = 0  # most tokens a sliding-window forward holds (context + the token); 0: block_size
-    sliding_stride: int = 0  # tokens a sliding window advances (scored per piece); 0: a quarter of the window
-    eval_batch_size: int = 64  # windows per forward pass in the evaluation
-    reference: str = ""  # the cell that the paired-difference plot compares every other cell to; "": the first
-    threads: int = 0  # torch CPU threads; 0: torch's default. 1 is faster when other jobs share a small CPU
-    jobs: int = 1  # runs trained at once, each in its own process on its share of the CPUs (or --threads)
-    run_index: int = -1  # train and evaluate only run number K of the plan (a job array's task); -1: all
-    report_only: bool = False  # report from the runs on disk, training nothing; unfinished runs are an error
-    list_runs: bool = False  # print the plan's runs (numbers for --run_index), steps and estimated time, and stop
-    time_limit: str = ""  # e.g. 90m, 1.5h: start no run estimated to end later, then stop; "": no limit
-    keep_checkpoints: bool = True  # False: remove each run's checkpoints once evaluated and no run starts from it
-    overwrite: bool = False  # replace the results of another study in study_dir (its runs are kept)
-
-    def __post_init__(self) -> None:
-        unknown = [p for p in self.protocols if p not in PROTOCOLS]
-        if unknown or not self.protocols:
-            raise ValueError(f"protocols={self.protocols} must be values among {PROTOCOLS}")
-        if self.threads < 0 or self.sliding_window < 0 or self.sliding_stride < 0:
-            raise ValueError(f"threads={self.threads}, sliding_window={self.sliding_window} and sliding_stride="
-                             f"{self.sliding_stride} must be >= 0 (0: the default)")
-        if self.sliding_window and self.sliding_stride > self.sliding_window:
-            raise ValueError(f"sliding_stride={self.sliding_stride} is longer than sliding_window="
-                             f"{self.sliding_window}: tokens between pieces would go unscored; give a stride of at "
-                             "most the window")
-        if self.seeds < 1 or self.eval_batch_size < 1 or self.lr_sweep_seeds < 1:
-            raise ValueError(f"seeds={self.seeds}, lr_sweep_seeds={self.lr_sweep_seeds} and eval_batch_size="
-                             f"{self.eval_batch_size} must be at least 1")
-        check_seeds("seeds", self.first_seed, self.seeds)
-        check_seeds("lr_sweep_seeds", self.lr_sweep_first_seed, self.lr_sweep_seeds)
-        if self.lr_sweep and max(self.first_seed, self.lr_sweep_first_seed) < min(
-                self.first_seed + self.seeds, self.lr_sweep_first_seed + self.lr_sweep_seeds):
-            raise ValueError(f"the learning-rate sweep's seeds ({self.lr_sweep_first_seed}..) overlap the study's "
-                             f"({self.first_seed}..{self.first_seed + self.seeds - 1}): a pick made on the "
-                             "headline's seeds flatters it; move --lr_sweep_first_seed")
-        if not self.eval_multipliers or not all(0 < m < math.inf for m in self.eval_multipliers):
-            raise ValueError(f"eval_multipliers={self.eval_multipliers} must be positive finite numbers")
-        if not all(lr > 0 and math.isfinite(lr) for lr in self.lr_sweep):
-            raise ValueError(f"lr_sweep={self.lr_sweep} must be positive finite learning rates")
-        if not (self.equivalence_margin >= 0 and math.isfinite(self.equivalence_margin)):
-            raise ValueError(f"equivalence_margin={self.equivalence_margin} must be >= 0 (0: no equivalence test)")
-        if any(b < 1 for b in self.budgets) or len(set(self.budgets)) < len(self.budgets):
-            raise ValueError(f"budgets={self.budgets} must be distinct step counts of at least 1")
-        if self.headline_budget and self.headline_budget not in self.budgets:
-            raise ValueError(f"headline_budget={self.headline_budget} is not one of budgets={self.budgets}")
-        if self.lr_sweep_budget < 0:
-            raise ValueError(f"lr_sweep_budget={self.lr_sweep_budget} must be >= 0 (0: the headline budget)")
-        if self.jobs < 1 or self.run_index < -1 or (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
-            raise ValueError(f"jobs={self.jobs} (at least 1), run_index={self.run_index} (-1: all) and report_only="
-                             f"{self.report_only}: choose one of --jobs, --run_index and --report_only")
-        parse_time_limit(self.time_limit)  # a malformed limit is one line before anything runs
-        if self.time_limit and self.run_index >= 0:
-            raise ValueError(f"time_limit={self.time_limit!r} applies to a whole study or --jobs, not to "
-                             f"run_index={self.run_index} (a job array's task has its scheduler's limit)")
-        if self.eval_split not in SPLITS:
-            raise ValueError(f"eval_split={self.eval_split!r} must be one of {', '.join(SPLITS)}")
-        if not self.variants and not self.grid:
-            raise ValueError("no cells to compare: give --variants=learned,none or --grid=name=v1,v2")
-
-
-def check_seeds(name: str, first: int, count: int) -> None:
-    """Seeds first .. first + count - 1 must be int64 values torch can take, and few enough to plan."""
-    if count > MAX_SEEDS:
-        raise ValueError(f"{name}={count:,} is more than MAX_SEEDS={MAX_SEEDS:,} runs per cell; give fewer seeds")
-    if first < 0 or first + count - 1 > MAX_SEED:
-        raise ValueError(f"seeds {first}..{first + count - 1} must lie in 0..{MAX_SEED} (a 64-bit integer); "
-                         "give a smaller first seed")
 
 
 # ---------------------------------------------------------------------------------------------------- cells

@@ -10,37 +10,20 @@ sum over N, where N processes on N cores each run at the speed of one (docs/stud
 
 import contextlib
 import io
-import math
-import re
 import statistics
 import tempfile
 import time
-import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from errors import OptionError
+from study.config import AblateConfig
 from study.evaluation import protocol_window, sliding_geometry
 from study.plan import STABLE, tokens_per_iter
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
 from train import train
 
-if typing.TYPE_CHECKING:
-    from ablate import AblateConfig
-
 PROBE_STEPS = 20  # timed steps of the probe (its first, with warm-up, is left out by train())
-UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def parse_time_limit(text: str) -> float:
-    """--time_limit as seconds: "90m", "1.5h", "600s"; "" is no limit (0)."""
-    if not text:
-        return 0.0
-    found = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh])\s*", text)
-    if not found or float(found[1]) <= 0 or not math.isfinite(float(found[1])):
-        raise OptionError(f"time_limit={text!r} must be a positive number with s, m or h: --time_limit=90m")
-    return float(found[1]) * UNITS[found[2]]
 
 
 def steps_to_train(run: dict, by_dir: dict[Path, dict]) -> int:

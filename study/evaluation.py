@@ -3,7 +3,6 @@ non-overlapping and the sliding-window protocol (see ablate.py's docstring), eve
 what the scored tokens stand for in bytes and characters, for bits per byte."""
 
 import math
-import typing
 from collections.abc import Callable
 
 import numpy as np
@@ -12,11 +11,9 @@ from torch.nn import functional as F
 
 from gpt.model import GPT
 from gpt.positions import encoding_of
+from study.config import AblateConfig
 from text.tokenizer import from_description, token_byte_counts, token_char_counts
 from training.devices import autocast_context
-
-if typing.TYPE_CHECKING:
-    from ablate import AblateConfig
 
 
 def target_counts(data: np.ndarray, description: dict) -> dict[str, int]:

@@ -6,7 +6,6 @@ import io
 import itertools
 import json
 import math
-import typing
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +13,9 @@ import torch
 
 from files import write_atomic
 from study import plots as ablate_plots
+from study.config import AblateConfig
 from study.evaluation import bits_per, sliding_geometry
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
-
-if typing.TYPE_CHECKING:
-    from ablate import AblateConfig
 
 CHECKPOINT = "ckpt.pt"  # the final model of each run, the one every evaluation scores
 

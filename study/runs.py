@@ -22,7 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-import typing
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -32,7 +31,8 @@ from tqdm.auto import tqdm
 from errors import OptionError, UserError
 from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
 from gpt.model import GPTConfig
-from study.cost import OutOfTime, TimeBox, parse_time_limit, plan_view, run_estimates
+from study.config import PER_RUN, AblateConfig, parse_time_limit
+from study.cost import OutOfTime, TimeBox, plan_view, run_estimates
 from study.evaluation import eval_lengths, evaluate_model, sliding_geometry, target_counts
 from study.plan import STABLE, tokens_per_iter
 from study.report import CHECKPOINT
@@ -41,9 +41,6 @@ from text.tokenizer import read_description
 from train import TrainConfig, train, training_dtype
 from training.checkpoint import load_checkpoint, read_checkpoint
 from training.devices import choose_device, choose_dtype
-
-if typing.TYPE_CHECKING:
-    from ablate import AblateConfig
 
 NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode")  # change no number
 # AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
@@ -162,8 +159,6 @@ def with_resolved_dtype(train_config: TrainConfig) -> TrainConfig:
 def study_identity(ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig) -> dict:
     """The settings that change a study's numbers: the study's own (less OPERATIONAL), the base configs the
     cells start from (less what the plan sets per run), and the data."""
-    from ablate import PER_RUN  # here, not at the top: ablate imports this module
-
     base = settings({"train_config": with_resolved_dtype(train_config), "model_config": model_config})
     base["train_config"] = {k: v for k, v in base["train_config"].items() if k not in PER_RUN}
     return {"ablate_config": {k: v for k, v in asdict(ablate).items() if k not in OPERATIONAL}, **base}

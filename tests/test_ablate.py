@@ -25,7 +25,6 @@ from scipy import stats
 
 import ablate
 import files
-from ablate import STUDY_CELLS as POS_ENCODINGS
 from ablate import AblateConfig, initial_model, run_plan, run_study, study_cells
 from errors import OptionError
 from gpt.model import GPTConfig
@@ -33,6 +32,7 @@ from options import parse_options
 from study import evaluation as study_eval
 from study import plots as ablate_plots
 from study import runs as study_runs
+from study.config import STUDY_CELLS as POS_ENCODINGS
 from study.evaluation import forward_pieces, token_losses
 from study.paired_stats import holm, interval, paired
 from text.dataset import load_split, prepare

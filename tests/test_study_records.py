@@ -21,6 +21,7 @@ from ablate import AblateConfig, run_study
 from gpt.model import GPTConfig
 from study import cost as study_cost
 from study import runs as study_runs
+from study.config import parse_time_limit
 from text.dataset import prepare
 from train import TrainConfig
 
@@ -198,7 +199,7 @@ def test_the_time_box_never_starts_a_run_estimated_past_it(monkeypatch):
 
 @pytest.mark.parametrize("text, seconds", [("90m", 5400.0), ("1.5h", 5400.0), ("30s", 30.0), ("", 0.0)])
 def test_time_limits_read(text, seconds):
-    assert study_cost.parse_time_limit(text) == seconds
+    assert parse_time_limit(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["90", "-5m", "0m", "5x", "inf h"])

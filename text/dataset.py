@@ -24,8 +24,8 @@ from errors import OfflineError, UserError
 from files import atomic_files, replace_files
 from text.bpe_train import TokenizerConfig, learn_bpe
 from text.cuts import stream_pieces, text_cut
+from text.nanogpt_data import is_data_folder
 from text.tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
-from training.nanogpt import is_data_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "val", "test")

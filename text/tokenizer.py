@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from errors import OfflineError, UserError
-from training.nanogpt import data_description, is_data_folder
+from text.nanogpt_data import data_description, is_data_folder
 
 TOKENIZER_FILE = "tokenizer.json"
 # The files of a prepared dataset, in the order they are replaced: tokenizer.json last, as it says what the .bin hold.

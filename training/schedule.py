@@ -11,11 +11,21 @@ that a run resumed or branched at any step continues the same sequence.
 import math
 import typing
 
-if typing.TYPE_CHECKING:
-    from train import TrainConfig
-
 SCHEDULES = ("cosine", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
+
+
+class ScheduleSettings(typing.Protocol):
+    """What a schedule reads of its settings (train.py's TrainConfig has these fields, among others)."""
+    decay_lr: bool  # False: learning_rate at every step
+    lr_schedule: str  # one of SCHEDULES
+    learning_rate: float
+    min_lr: float
+    warmup_iters: int
+    lr_decay_iters: int  # cosine: where min_lr is reached
+    max_iters: int  # wsd: the budget its decay ends at
+    wsd_decay_fraction: float
+    wsd_decay_shape: str  # one of DECAY_SHAPES
 
 
 def warmup_lr(it: int, learning_rate: float, warmup_iters: int) -> float:
@@ -53,7 +63,7 @@ def wsd_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, max_
     return min_lr + (learning_rate - min_lr) * remaining
 
 
-def get_lr(it: int, config: "TrainConfig") -> float:
+def get_lr(it: int, config: ScheduleSettings) -> float:
     """The learning rate of step it under config's schedule (constant learning_rate when decay_lr is False)."""
     if not config.decay_lr:
         return config.learning_rate
@@ -63,7 +73,7 @@ def get_lr(it: int, config: "TrainConfig") -> float:
     return cosine_lr(it, config.learning_rate, config.min_lr, config.warmup_iters, config.lr_decay_iters)
 
 
-def check_schedule(config: "TrainConfig") -> None:
+def check_schedule(config: ScheduleSettings) -> None:
     """A ValueError naming the setting unless the schedule's settings make sense together."""
     if config.lr_schedule not in SCHEDULES:
         raise ValueError(f"lr_schedule={config.lr_schedule!r} must be one of {', '.join(SCHEDULES)}")
