@@ -13,7 +13,7 @@ this machine's matmul peak measured here.
 Decoding: tokens/s from a random model after a prompt that fills the window, against the decode step's matrix
 products alone in the same dtype (the floor) and against the crop-every-step loop without a cache (nanoGPT's
 sample.py, float32 on a CPU); on a CPU in float32, the compiled runs again under bfloat16 autocast.
-Step: the frozen CPU decode step as generate.py compiles it, and with each of its choices undone (every guard
+Step: the frozen CPU decode step as fast_decode.py compiles it, and with each of its choices undone (every guard
 checked; the graph's wrapper in Python), compiled side by side and called in one randomized order.
 Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each vocabulary size: seconds to learn
 (bpe_train.learn_bpe), MB/s of tiktoken's encode_ordinary and of HF's own encoder, and tokens per UTF-8 byte.
@@ -39,7 +39,8 @@ import torch
 from torch.nn import functional as F
 
 from errors import UserError, main_guard
-from gpt.generate import FROZEN_STEP_OPTIONS, compile_frozen_step, compiled_decode_step, frozen
+from gpt.fast_decode import FROZEN_STEP_OPTIONS, compile_frozen_step, compiled_decode_step, frozen
+from gpt.generate import generate
 from gpt.model import GPT, GPTConfig, has_fused_adamw
 from options import parse_options
 from text.bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, learn_bpe, train_hf
@@ -318,7 +319,7 @@ def decode_rate(model: GPT, prompt: torch.Tensor, new_tokens: int, clock, dtype:
     tokens/s measured around it)."""
     def run() -> None:
         with autocast_context(prompt.device, dtype):
-            model.generate(prompt, new_tokens, temperature=0.8, top_k=200, **kwargs)
+            generate(model, prompt, new_tokens, temperature=0.8, top_k=200, **kwargs)
     took, floor_seconds = floor_around(floor, run, clock, prompt.device)
     return new_tokens / took, 1 / floor_seconds
 
@@ -430,7 +431,7 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
 
 
 def step_variants() -> dict[str, dict]:
-    """torch.compile's arguments for the frozen CPU decode step as generate.py ships it, and with one of its choices
+    """torch.compile's arguments for the frozen CPU decode step as fast_decode.py ships it, and with one of its choices
     undone each (the README's "measured on its own")."""
     shipped = FROZEN_STEP_OPTIONS["options"]
     return {"as shipped": shipped,

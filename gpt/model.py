@@ -4,7 +4,8 @@ Imports only positions.py of this repo. The input layer is the official GPT-2 on
     h = wte[X] + wpe[past_length + arange(T)],
 with the position term given by the position encoding (positions.py), which may instead turn queries and keys
 (RoPE) or add a bias to the attention scores (ALiBi, T5), or do nothing at all (NoPE). Generation lives in
-generate.py, GPT-2's weights in gpt2_weights.py.
+generate.py (nanoGPT's model.generate is generate.generate(model, idx, ...) there: the sampler imports the model, so
+the model does not import it back), GPT-2's weights in gpt2_weights.py (from_pretrained, export_hf).
 """
 
 import math
@@ -386,7 +387,7 @@ class GPT(nn.Module):
     def decode_step(self, token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Logits (B, vocab_size) of token (B, 1) at position (1,), its keys and values written into the cache.
 
-        Fixed shapes, no checks and no host sync, so that it compiles to one graph (generate.compiled_decode_step);
+        Fixed shapes, no checks and no host sync, so that it compiles to one graph (fast_decode.compiled_decode_step);
         the caller checks the position and counts cache.length.
         """
         return self.blocks_and_head(self.input_layer.embed(token, position), position, cache)[:, -1]
@@ -420,28 +421,6 @@ class GPT(nn.Module):
         """Training FLOPs (forward + backward) per token at context seq_len, as in the PaLM appendix."""
         n_params = self.get_num_params(non_embedding=True)
         return 6 * n_params + 12 * self.config.n_layer * self.config.n_embd * seq_len
-
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 **kwargs) -> torch.Tensor:
-        """idx (B, T) followed by max_new_tokens sampled tokens (nanoGPT's signature; see generate.generate_stream)."""
-        from gpt import generate  # generate.py imports this module
-
-        new_tokens = list(generate.generate_stream(self, idx, max_new_tokens, temperature, top_k, **kwargs))
-        return torch.cat([idx, *new_tokens], dim=1)
-
-    @classmethod
-    def from_pretrained(cls, name_or_dir: str, dropout: float = 0.0) -> "GPT":
-        """GPT-2 weights from a local Hugging Face directory, or by name (gpt2, gpt2-medium, ...) with network."""
-        from gpt import gpt2_weights  # gpt2_weights.py imports this module
-
-        return gpt2_weights.from_pretrained(name_or_dir, dropout)
-
-    def export_hf(self, directory) -> None:
-        """Write config.json + model.safetensors that transformers' GPT2LMHeadModel.from_pretrained loads."""
-        from gpt import gpt2_weights
-
-        gpt2_weights.export_hf(self, directory)
 
 
 def has_fused_adamw(device_type: str) -> bool:

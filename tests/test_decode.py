@@ -9,6 +9,7 @@ import pytest
 import torch
 from test_model import BLOCK, max_abs, random_ids, tiny_model
 
+from gpt import fast_decode
 from gpt import generate as G
 from gpt import model as M
 from gpt.positions import POS_ENCODINGS
@@ -19,7 +20,7 @@ from text.tokenizer import GPT2Tokenizer
 def eager_and_compiled_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor):
     """Logits of every decode step over `tokens` after the prompt, eager and compiled, each in its own cache."""
     runs = []
-    for step in (model.decode_step, G.compiled_decode_step(model)):
+    for step in (model.decode_step, fast_decode.compiled_decode_step(model)):
         cache = model.make_cache(prompt.size(0))
         model(prompt, cache=cache)
         # contiguous, as generate's tokens are: a strided one would be a new graph
@@ -41,7 +42,7 @@ def test_compiled_decoding_equals_eager_and_uncached(pos_encoding):
     assert max_abs(compiled.transpose(0, 1), full) < 1e-4
     # generation across three window slides (and nanoGPT's crop, slide=1): the same tokens as without a cache
     for slide, kw in ((None, dict(temperature=0)), (3, dict(temperature=1.0, top_k=10)), (1, dict(temperature=0))):
-        runs = [model.generate(prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(5), **kw,
+        runs = [G.generate(model, prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(5), **kw,
                                **options) for options in ({"compile": True}, {"use_cache": False})]
         assert torch.equal(runs[0], runs[1]), (slide, kw)
 
@@ -92,7 +93,7 @@ def test_frozen_step_guard_filter_keeps_inputs_parameter_identities_and_training
               "self._modules['blocks']._modules['0']": "TYPE_MATCH",
               "self._modules['ln_f']._forward_hooks": "EMPTY_NN_MODULE_HOOKS_DICT"}
     entries = [SimpleNamespace(name=name, guard_type=kind) for name, kind in guards.items()]
-    kept = {entry.name for entry, keep in zip(entries, G.frozen_step_guards(entries), strict=True) if keep}
+    kept = {entry.name for entry, keep in zip(entries, fast_decode.frozen_step_guards(entries), strict=True) if keep}
     assert kept == set(list(guards)[:6])
 
 
@@ -118,8 +119,8 @@ def test_cached_generation_equals_uncached_for_every_encoding(pos_encoding):
     model = tiny_model(pos_encoding)
     prompt = random_ids(3, 7, seed=22)
     for slide, kw in ((None, dict(temperature=0)), (5, dict(temperature=1.0, top_p=0.9))):
-        cached = model.generate(prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(1), **kw)
-        uncached = model.generate(prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(1),
+        cached = G.generate(model, prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(1), **kw)
+        uncached = G.generate(model, prompt, 3 * BLOCK, slide=slide, generator=torch.Generator().manual_seed(1),
                                   use_cache=False, **kw)
         assert torch.equal(cached, uncached), slide
 
@@ -176,14 +177,14 @@ def test_batch_with_a_shared_prompt_samples_each_row_as_alone(pos_encoding):
     prompt = random_ids(1, 6, seed=25)
     kw = dict(temperature=1.0, top_k=10, slide=5)
     seeds = [10, 11, 12, 13]
-    together = model.generate(prompt.expand(4, -1), 2 * BLOCK,
+    together = G.generate(model, prompt.expand(4, -1), 2 * BLOCK,
                               generator=[torch.Generator().manual_seed(s) for s in seeds], **kw)
     assert len({tuple(row) for row in together.tolist()}) == 4
     for row, seed in enumerate(seeds):
-        alone = model.generate(prompt, 2 * BLOCK, generator=[torch.Generator().manual_seed(seed)], **kw)
+        alone = G.generate(model, prompt, 2 * BLOCK, generator=[torch.Generator().manual_seed(seed)], **kw)
         assert torch.equal(alone, together[row:row + 1]), row
     with pytest.raises(ValueError, match="3 generators for a batch of 4 rows; give one per row"):
-        model.generate(prompt.expand(4, -1), 2, generator=[torch.Generator()] * 3)
+        G.generate(model, prompt.expand(4, -1), 2, generator=[torch.Generator()] * 3)
 
 
 @torch.no_grad()
@@ -191,8 +192,8 @@ def test_shared_prompt_sampling_equals_the_unshared_reference():
     model = tiny_model("sinusoidal")
     prompt = random_ids(1, 6, seed=26).expand(4, -1)
     kw = dict(temperature=1.0, top_k=8, slide=4)
-    shared = model.generate(prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(2), **kw)
-    reference = model.generate(prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(2), use_cache=False, **kw)
+    shared = G.generate(model, prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(2), **kw)
+    reference = G.generate(model, prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(2), use_cache=False, **kw)
     assert torch.equal(shared, reference)
     assert len({tuple(row) for row in shared.tolist()}) > 1  # the rows did sample apart
 
@@ -229,7 +230,7 @@ def test_incremental_text_decodes_each_token_once_and_sends_the_rest():
 def cuda_graph_logits(model: M.GPT, prompt: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Logits of each decode step through the compiled step (CUDA graphs) in the static cache. Each is cloned:
     a CUDA graph's output is overwritten by its next replay."""
-    cache, step = G.static_cache(model, prompt.size(0)), G.compiled_decode_step(model)
+    cache, step = G.static_cache(model, prompt.size(0)), fast_decode.compiled_decode_step(model)
     G.prefill(model, prompt, cache)
     return torch.stack([G.decode(model, tokens[:, i:i + 1].contiguous(), cache, step).clone()
                         for i in range(tokens.size(1))])
@@ -259,8 +260,8 @@ def test_cuda_graph_decoding_equals_eager_and_uncached(pos_encoding):
     assert max_abs(graphed.transpose(0, 1), full) < 1e-4
     # a second generation replays the graphs in the same static cache: the same tokens as without a cache
     for _ in range(2):
-        graphs = model.generate(prompt, 3 * BLOCK, temperature=0, compile=True)
-        assert torch.equal(graphs, model.generate(prompt, 3 * BLOCK, temperature=0, use_cache=False))
+        graphs = G.generate(model, prompt, 3 * BLOCK, temperature=0, compile=True)
+        assert torch.equal(graphs, G.generate(model, prompt, 3 * BLOCK, temperature=0, use_cache=False))
 
 
 @pytest.mark.gpu

@@ -19,6 +19,7 @@ import train as train_module
 from errors import OptionError, main_guard
 from gpt import positions as P
 from gpt.extend import extend_model, extended_config
+from gpt.generate import generate
 from gpt.model import GPTConfig, InputLayer
 from options import parse_options
 from train import TrainConfig
@@ -252,8 +253,8 @@ def test_a_finetune_at_the_longer_length_resumes_bit_for_bit(tmp_path, char_data
         assert_same_state(a, b)
     model, _ = read_checkpoint(tmp_path / "b" / "ckpt.pt")  # how sample.py loads it: no extra flag
     prompt = random_ids(1, 20, vocab=model.config.vocab_size)
-    cached = model.generate(prompt, 12, top_k=1)  # greedy, positions 20..31: past the base's 16
-    assert torch.equal(cached, model.generate(prompt, 12, top_k=1, use_cache=False))
+    cached = generate(model, prompt, 12, top_k=1)  # greedy, positions 20..31: past the base's 16
+    assert torch.equal(cached, generate(model, prompt, 12, top_k=1, use_cache=False))
 
 
 def test_checkpoints_without_the_extension_settings_load_unscaled(bases):

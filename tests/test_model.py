@@ -20,7 +20,7 @@ from gpt import gpt2_weights
 from gpt import input_layer_numpy as ref
 from gpt import model as M
 from gpt import positions as P
-from gpt.generate import filter_logits, sample_next_token
+from gpt.generate import filter_logits, generate, sample_next_token
 from gpt.model import GPT, GPTConfig, InputLayer
 
 POS_ENCODINGS = P.POS_ENCODINGS
@@ -196,7 +196,7 @@ def test_hf_parity_full_forward(tmp_path):
     assert max_abs(copied(idx)[0], expected) < 1e-4
 
     hf.save_pretrained(tmp_path)
-    loaded = GPT.from_pretrained(str(tmp_path)).eval()
+    loaded = gpt2_weights.from_pretrained(str(tmp_path)).eval()
     assert max_abs(loaded(idx)[0], expected) < 1e-4
 
 
@@ -236,7 +236,7 @@ def test_from_pretrained_reads_pytorch_model_bin(tmp_path):
     hf = random_hf_gpt2(seed=2)
     write_pytorch_model_bin(hf, tmp_path)
     assert not (tmp_path / "model.safetensors").exists()
-    loaded = GPT.from_pretrained(str(tmp_path)).eval()
+    loaded = gpt2_weights.from_pretrained(str(tmp_path)).eval()
     idx = random_ids(2, 20, vocab=101, seed=5)
     assert max_abs(loaded(idx)[0], hf(idx).logits) < 1e-4
 
@@ -248,7 +248,7 @@ def test_export_hf_loads_into_transformers(tmp_path, bias):
 
     torch.manual_seed(0)
     ours = randomize_(GPT(GPTConfig(block_size=32, vocab_size=101, n_layer=2, n_head=3, n_embd=48, bias=bias)))
-    ours.eval().export_hf(tmp_path)
+    gpt2_weights.export_hf(ours.eval(), tmp_path)
     hf = GPT2LMHeadModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
     assert torch.equal(hf.lm_head.weight, ours.input_layer.wte)
     idx = random_ids(2, 32, vocab=101, seed=6)
@@ -567,14 +567,14 @@ def test_from_pretrained_unknown_name_offline(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # so that the name is not a directory
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match="'gpt2-tiny-unknown' is neither a local directory nor one of"):
-        GPT.from_pretrained("gpt2-tiny-unknown")
+        gpt2_weights.from_pretrained("gpt2-tiny-unknown")
 
 
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi", "none"])
 def test_export_hf_rejects_non_learned_positions(tmp_path, pos_encoding):
     model = GPT(tiny_config(pos_encoding))
     with pytest.raises(ValueError, match=f"learned position table; this model has pos_encoding='{pos_encoding}'"):
-        model.export_hf(tmp_path / "hf")
+        gpt2_weights.export_hf(model, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
 
 
@@ -587,8 +587,8 @@ def test_export_hf_rejects_non_learned_positions(tmp_path, pos_encoding):
 def test_greedy_generate_cached_equals_uncached(pos_encoding, slide):
     model = tiny_model(pos_encoding)
     prompt = random_ids(2, 5, seed=10)
-    cached = model.generate(prompt, 3 * BLOCK, temperature=0, slide=slide)
-    uncached = model.generate(prompt, 3 * BLOCK, temperature=0, slide=slide, use_cache=False)
+    cached = generate(model, prompt, 3 * BLOCK, temperature=0, slide=slide)
+    uncached = generate(model, prompt, 3 * BLOCK, temperature=0, slide=slide, use_cache=False)
     assert cached.shape == (2, 5 + 3 * BLOCK)
     assert torch.equal(cached[:, :5], prompt)
     assert torch.equal(cached, uncached)
@@ -599,17 +599,17 @@ def test_sampled_generate_cached_equals_uncached(pos_encoding):
     model = tiny_model(pos_encoding)
     prompt = random_ids(2, 5, seed=11)
     kw = dict(temperature=1.0, top_k=10, top_p=0.9)
-    cached = model.generate(prompt, 3 * BLOCK, generator=torch.Generator().manual_seed(5), **kw)
-    uncached = model.generate(prompt, 3 * BLOCK, generator=torch.Generator().manual_seed(5), use_cache=False, **kw)
+    cached = generate(model, prompt, 3 * BLOCK, generator=torch.Generator().manual_seed(5), **kw)
+    uncached = generate(model, prompt, 3 * BLOCK, generator=torch.Generator().manual_seed(5), use_cache=False, **kw)
     assert torch.equal(cached, uncached)
-    assert not torch.equal(cached, model.generate(prompt, 3 * BLOCK, temperature=0))  # it did sample
+    assert not torch.equal(cached, generate(model, prompt, 3 * BLOCK, temperature=0))  # it did sample
 
 
 def test_top_k_1_is_greedy():
     model = tiny_model("learned")
     prompt = random_ids(2, 5, seed=12)
-    greedy = model.generate(prompt, 2 * BLOCK, temperature=0)
-    top1 = model.generate(prompt, 2 * BLOCK, temperature=1.0, top_k=1, generator=torch.Generator().manual_seed(0))
+    greedy = generate(model, prompt, 2 * BLOCK, temperature=0)
+    top1 = generate(model, prompt, 2 * BLOCK, temperature=1.0, top_k=1, generator=torch.Generator().manual_seed(0))
     assert torch.equal(top1, greedy)
 
 
@@ -665,7 +665,7 @@ def test_greedy_generate_matches_hf():
     expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=new,
                            pad_token_id=0)
     assert expected.shape == (2, 32)
-    assert torch.equal(ours.generate(prompt, new, temperature=0), expected)
+    assert torch.equal(generate(ours, prompt, new, temperature=0), expected)
 
 
 @pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
@@ -678,7 +678,7 @@ def test_slide_1_is_nanogpt_crop(pos_encoding):
         idx_cond = idx[:, -BLOCK:]
         logits = model(idx_cond)[0][:, -1]
         idx = torch.cat((idx, logits.argmax(dim=-1, keepdim=True)), dim=1)
-    assert torch.equal(model.generate(prompt, 3 * BLOCK, temperature=0, slide=1), idx)
+    assert torch.equal(generate(model, prompt, 3 * BLOCK, temperature=0, slide=1), idx)
 
 
 # ----------------------------------------------------------------------------------------------------------

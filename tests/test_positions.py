@@ -8,6 +8,7 @@ import pytest
 import torch
 from test_model import BLOCK, max_abs, random_ids, tiny_model
 
+from gpt import fast_decode
 from gpt import generate as G
 from gpt import positions as P
 from gpt.model import GPT, GPTConfig, InputLayer
@@ -123,7 +124,7 @@ def test_t5_compiled_decoding_equals_uncached_across_log_buckets():
     model = tiny_model("t5", t5_num_buckets=4, t5_max_distance=8)
     prompt, tokens = random_ids(2, 3, seed=4), random_ids(2, BLOCK - 3, seed=5)
     torch.compiler.reset()  # compiles afresh, within the compiler's limit of graphs per function
-    cache, step = model.make_cache(2), G.compiled_decode_step(model)
+    cache, step = model.make_cache(2), fast_decode.compiled_decode_step(model)
     model(prompt, cache=cache)
     compiled = torch.stack([G.decode(model, tokens[:, i:i + 1].contiguous(), cache, step)
                             for i in range(tokens.size(1))], dim=1)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from errors import OptionError
+from gpt.gpt2_weights import export_hf
 from gpt.model import GPT, GPTConfig
 from sample import SampleConfig, encode_prompt, load_model, sample
 from text.dataset import prepare
@@ -151,7 +152,7 @@ def test_cli_bad_input_is_a_clear_error(trained_run, tmp_path):
 
 def test_sample_from_local_hugging_face_directory(tmp_path):
     torch.manual_seed(0)
-    GPT(GPTConfig(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=8)).export_hf(tmp_path / "hf")
+    export_hf(GPT(GPTConfig(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=8)), tmp_path / "hf")
     model, tokenizer = load_model(str(tmp_path / "hf"), "unused")
     text = sample(model, tokenizer, SampleConfig(start="Hello", num_samples=1, max_new_tokens=5, temperature=0))[0]
     from transformers import GPT2LMHeadModel

@@ -23,6 +23,8 @@ import torch
 
 import train as train_module
 from errors import UserError
+from gpt import gpt2_weights
+from gpt.generate import generate
 from gpt.model import GPT, GPTConfig
 from options import parse_options
 from text.dataset import get_batch, prepare
@@ -445,7 +447,7 @@ def test_bpe_train_and_sample(bpe_run):
     config = sample.SampleConfig(start="ROMEO:", num_samples=2, max_new_tokens=12, temperature=0.0)
     texts = sample.sample(model, tokenizer, config)
     prompt = tokenizer.encode("ROMEO:")
-    expected = model.generate(torch.tensor([prompt]), 12, temperature=0.0, use_cache=False)[0].tolist()
+    expected = generate(model, torch.tensor([prompt]), 12, temperature=0.0, use_cache=False)[0].tolist()
     assert texts == [tokenizer.decode(expected)] * 2
     assert texts[0].startswith("ROMEO:") and len(expected) == len(prompt) + 12
 
@@ -476,7 +478,7 @@ def test_finetune_from_a_local_hugging_face_directory(tmp_path, bpe_run):
     the position table cropped to block_size; training on and resuming then work on the 50257-token model."""
     torch.manual_seed(5)
     original = GPT(GPTConfig(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=16))
-    original.export_hf(tmp_path / "hf")
+    gpt2_weights.export_hf(original, tmp_path / "hf")
     data = bpe_run.parent / "data"
     loaded = run(tmp_path / "out", data, init_from=str(tmp_path / "hf"), block_size=16, eval_only=True)
     state = loaded["model"].state_dict()
@@ -510,14 +512,14 @@ def test_block_size_larger_than_the_val_split(tmp_path):
 
 
 def test_pretrained_init_on_char_data_is_refused_before_any_download(tmp_path, char_data, monkeypatch):
-    monkeypatch.setattr(GPT, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("tried to load GPT-2")))
+    monkeypatch.setattr(gpt2_weights, "from_pretrained", lambda *a, **k: pytest.fail("tried to load GPT-2"))
     with pytest.raises(ValueError, match=r"init_from='gpt2' needs GPT-2 BPE data.*'char'"):
         run(tmp_path / "out", char_data, init_from="gpt2")
 
 
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi", "none"])
 def test_pretrained_init_needs_the_learned_table(tmp_path, char_data, monkeypatch, pos_encoding):
-    monkeypatch.setattr(GPT, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("tried to load GPT-2")))
+    monkeypatch.setattr(gpt2_weights, "from_pretrained", lambda *a, **k: pytest.fail("tried to load GPT-2"))
     with pytest.raises(ValueError, match=f"init_from='gpt2' .*pos_encoding='{pos_encoding}'; set pos_encoding="):
         run(tmp_path / "out", char_data, init_from="gpt2", pos_encoding=pos_encoding)
 

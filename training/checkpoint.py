@@ -21,6 +21,7 @@ import torch
 
 from errors import UserError
 from files import atomic_files
+from gpt import gpt2_weights
 from gpt.gpt2_weights import GPT2_NAMES
 from gpt.model import GPT, GPTConfig
 from text.dataset import OLD_SINGLE_TEXT_RULE, split_difference, split_identity
@@ -139,9 +140,9 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[GPT, dict]:
 
 
 def load_pretrained(name_or_dir: str, dropout: float = 0.0) -> GPT:
-    """GPT.from_pretrained, with what can go wrong in a download or a local folder as a UserError."""
+    """gpt2_weights.from_pretrained, with what can go wrong in a download or a local folder as a UserError."""
     try:
-        return GPT.from_pretrained(name_or_dir, dropout=dropout)
+        return gpt2_weights.from_pretrained(name_or_dir, dropout=dropout)
     except (OSError, ValueError, KeyError, ImportError, RuntimeError) as e:  # missing, damaged or offline
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"could not load GPT-2 weights from {name_or_dir!r}: {message}") from None

@@ -1,0 +1,108 @@
+"""The CPU decode fast path that the sampler opts into (generate.py with compile=True, bench.py's step variants):
+the decode step compiled to one graph, on the CPU with the weights frozen into it (inductor's freezing) and its
+graph's own call in C++, with most of dynamo's guards left out. Each choice here is measured (docs/benchmarks.md);
+the architecture it compiles is model.py's GPT.decode_step, unchanged. On CUDA the step is compiled with CUDA
+graphs instead.
+"""
+
+import inspect
+import itertools
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from gpt.model import GPT, KVCache
+
+DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache], torch.Tensor]
+
+# Per model, held only while the model lives: the weights the frozen graphs were built from,
+_frozen_weights: "weakref.WeakKeyDictionary[GPT, list]" = weakref.WeakKeyDictionary()
+# and its compiled step, GPT.decode_step unbound (a bound method would keep the model alive), each model's graphs
+# apart from other models' where torch can (isolate_recompiles, torch 2.13): dynamo's limit of 8 graphs per compiled
+# function is then per model, and the lookup before each token tries only this model's graphs.
+_frozen_steps: "weakref.WeakKeyDictionary[GPT, Callable]" = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class PlainCache:
+    """What decode_step reads of a KVCache, in a plain object. Frozen graphs guard on the identity of a module's
+    buffers, so that the KVCache module itself would compile a graph for every new cache (measured)."""
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    max_length: int
+
+
+def compiled_decode_step(model: GPT) -> DecodeStep:
+    """model.decode_step compiled to one graph with fixed shapes; the first call per batch size compiles.
+
+    On CUDA with CUDA graphs (reduce-overhead), which replay the step's hundred small kernels as one launch. On the
+    CPU under no_grad, the weights are frozen into the graph (inductor's freezing) and packed for MKL's
+    matrix-vector products, which then beat plain F.linear (README, Speed). A frozen graph holds the weights it was
+    compiled with, so when this model's weights have changed since, every compiled graph is dropped
+    (torch.compiler.reset) and the step compiles again.
+    """
+    device = model.lm_head.weight.device
+    if device.type != "cpu":
+        mode = "reduce-overhead" if device.type == "cuda" else "default"
+        return torch.compile(model.decode_step, mode=mode, fullgraph=True, dynamic=False)
+    weights = [(t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers())]
+    if _frozen_weights.get(model, weights) != weights:
+        torch.compiler.reset()
+    _frozen_weights[model] = weights
+    step = _frozen_steps.get(model)
+    if step is None:
+        step = _frozen_steps[model] = compile_frozen_step()
+    return frozen(model, step)
+
+
+def compile_frozen_step(options: dict | None = None) -> Callable:
+    """GPT.decode_step (unbound) compiled as the frozen CPU step is, to one graph with fixed shapes; inductor's
+    `options` in place of FROZEN_STEP_OPTIONS' own where given (bench.py's variants). Run it through frozen()."""
+    return torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
+                         **{**FROZEN_STEP_OPTIONS, **({} if options is None else {"options": options})})
+
+
+def frozen(model: GPT, step: Callable) -> DecodeStep:
+    """A DecodeStep for model from step, GPT.decode_step compiled on the CPU: run with inductor's freezing on, so
+    that a graph it compiles holds the weights as constants (bench.py times variants of step through this)."""
+    # torch.compile(options={"freezing": True}) does not freeze: dynamo decides whether to treat the parameters as
+    # constants from the global config while it traces (measured with torch 2.13), so the config is patched.
+    from torch._inductor import config as inductor_config  # imported with the compiler, not with the model
+
+    def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        plain = PlainCache(cache.keys, cache.values, cache.max_length)
+        # freezing is read when a graph compiles, on the first call: set for the call, not a global setting. Set
+        # and restored by hand: inductor_config.patch took 50 us a call (measured), this takes 10.
+        was_freezing = inductor_config.freezing
+        inductor_config.freezing = True
+        try:
+            return step(model, token, position, plain)
+        finally:
+            inductor_config.freezing = was_freezing
+
+    return frozen_step
+
+
+def frozen_step_guards(guards: list) -> list[bool]:
+    """Which of the frozen decode step's guards dynamo checks before every token (torch.compile's guard_filter_fn).
+
+    All of those on the inputs and the global state (shapes, dtypes, grad mode, autocast) stay, and of the ~900 on
+    the model (`self...`) the identity of every parameter, which is what tells one model's frozen graph from
+    another's, and each module's `training` flag. The rest re-check the module tree (types, hooks, that no forward
+    was replaced, attribute values such as n_head) and took 6.5% of the step here (README, Speed); a model
+    rebuilt in place is new parameters, and weights changed in place are compiled_decode_step's own check.
+    """
+    return [not g.name.startswith("self.") or g.guard_type == "ID_MATCH" or g.name.endswith(".training")
+            for g in guards]
+
+
+# The graph's own call() in C++ (cpp_wrapper), not Python launching its ~55 kernels and products: 3% off the step
+# (4.99 against 5.15 ms, randomized alternation in one process), for some 6 s more compilation (12.7 against 6.2 s).
+# guard_filter_fn came with torch 2.8, beside torch.compiler's own filters; before it, every guard is checked.
+FROZEN_STEP_OPTIONS = {
+    "options": {"cpp_wrapper": True,
+                **({"guard_filter_fn": frozen_step_guards} if hasattr(torch.compiler, "skip_all_guards_unsafe")
+                   else {})},
+    **({"isolate_recompiles": True} if "isolate_recompiles" in inspect.signature(torch.compile).parameters else {})}
