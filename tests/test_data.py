@@ -289,11 +289,13 @@ def test_python_docs_default_corpus_prepares_without_network(tmp_path, monkeypat
 
 @pytest.fixture
 def repo_copy(tmp_path) -> Path:
-    """The repo's modules and prepare scripts copied under tmp_path: a prepare.py writes beside itself, here."""
+    """The repo's modules (its packages too) and prepare scripts copied under tmp_path: a prepare.py writes
+    beside itself, here."""
     root = tmp_path / "repo"
     root.mkdir()
-    for module in REPO.glob("*.py"):
-        shutil.copy(module, root)
+    for module in [*REPO.glob("*.py"), *(m for m in REPO.glob("*/*.py") if (m.parent / "__init__.py").is_file())]:
+        (root / module.relative_to(REPO)).parent.mkdir(exist_ok=True)
+        shutil.copy(module, root / module.relative_to(REPO))
     for script in REPO.glob("data/*/prepare.py"):
         (root / "data" / script.parent.name).mkdir(parents=True)
         shutil.copy(script, root / "data" / script.parent.name)
