@@ -18,7 +18,7 @@ block_size, like the cell it starts from, and reported beside it at the headline
 
 Budgets (--budgets=1000,2000): each cell trains to each budget with a complete schedule: a cosine run per budget,
 or with --lr_schedule=wsd one constant-rate run per (cell, seed) that each budget's decay branches from
-(study_plan.py). --lr_sweep=3e-4,1e-3 first picks each cell's own learning rate on val, on seeds of its own; the
+(study/plan.py). --lr_sweep=3e-4,1e-3 first picks each cell's own learning rate on val, on seeds of its own; the
 cells then train at the common rate and at their own. --equivalence_margin adds a TOST verdict to every pair.
 
 Each run trains in this process with train.train() into <study_dir>/<cell>/seed<N>/ (with budgets, one folder per
@@ -26,7 +26,7 @@ budget below it) and leaves there its checkpoints, train.log, done.json (the tra
 that changes the numbers, the data split's identity included) and eval.json (the evaluation). A rerun reuses
 finished runs, refuses one made with other settings, and restarts unfinished ones from scratch; runs go seed by
 seed, so a study cut short still has whole seeds for every cell. Runs can be spread over processes (--jobs=N) or a
-cluster's job array (--run_index=K, then --report_only=True); see study_runs.py for how they share one study
+cluster's job array (--run_index=K, then --report_only=True); see study/runs.py for how they share one study
 folder. With --lr_sweep the study has two stages: --list_runs and --run_index number the sweep's runs until it
 has finished, then the headline's runs (which depend on the sweep's picks).
 
@@ -58,6 +58,7 @@ from study.config import PER_RUN, AblateConfig
 from study.cost import OutOfTime
 from study.evaluation import eval_lengths, sliding_geometry
 from study.paired_stats import CONFIDENCE
+from study.plan import StudyRun
 from study.report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
 from study.runs import finished_records, study_records, with_resolved_dtype
 from text.dataset import load_split, resolve_data_dir
@@ -170,8 +171,8 @@ def cell_configs(cells: list[dict], train_config: TrainConfig, model_config: GPT
 
 
 def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
-             cells: list[dict] | None = None) -> list[dict]:
-    """The study's runs at every budget, seed by seed (see study_plan.py); cells default to study_cells."""
+             cells: list[dict] | None = None) -> list[StudyRun]:
+    """The study's runs at every budget, seed by seed (see study/plan.py); cells default to study_cells."""
     cells = study_cells(ablate) if cells is None else cells
     configs = cell_configs(cells, train_config, model_config)
     plan = study_plan.budget_plan(configs, Path(ablate.study_dir), seeds(ablate), ablate.budgets or [None],
@@ -195,41 +196,43 @@ def from_cells(cells: list[dict]) -> dict[str, str]:
     return bases
 
 
-def with_finetunes(plan: list[dict], cells: list[dict], ablate: AblateConfig) -> list[dict]:
+def with_finetunes(plan: list[StudyRun], cells: list[dict], ablate: AblateConfig) -> list[StudyRun]:
     """The plan with each run of a from_cell cell starting from its base's run of the same seed (a finetune of
     it), scored at the base's eval lengths and sliding window, and counted at the base's budget."""
     bases = from_cells(cells)
     if bases and (ablate.budgets or ablate.lr_sweep):
         raise OptionError("from_cell cells finetune one run per seed: give no --budgets or --lr_sweep with them")
-    runs = {(run["variant"], run["seed"]): run for run in plan}
+    runs = {(run.variant, run.seed): run for run in plan}
+    finetuned = []
     for run in plan:
-        base = runs.get((bases.get(run["variant"]), run["seed"]))
+        base = runs.get((bases.get(run.variant), run.seed))
         if base is None:
+            finetuned.append(run)
             continue
-        shape = replace(run["model_config"], block_size=base["model_config"].block_size,
-                        dropout=base["model_config"].dropout)
-        if shape != base["model_config"]:
-            raise OptionError(f"cell {run['variant']!r} changes model settings of its from_cell {base['variant']!r}, "
+        shape = replace(run.model_config, block_size=base.model_config.block_size,
+                        dropout=base.model_config.dropout)
+        if shape != base.model_config:
+            raise OptionError(f"cell {run.variant!r} changes model settings of its from_cell {base.variant!r}, "
                               "whose checkpoint is its model: change only block_size (with extend_positions) and "
                               "dropout")
-        block = base["model_config"].block_size
+        block = base.model_config.block_size
         window, stride = sliding_geometry(ablate, block)
-        run.update(start_from=base["dir"], finetune=True, budget=base["budget"], evaluation={
-            "eval_multipliers": [m * block / run["model_config"].block_size for m in ablate.eval_multipliers],
-            "sliding_window": window, "sliding_stride": stride})
-    return plan
+        finetuned.append(replace(run, start_from=base.dir, finetune=True, budget=base.budget, evaluation={
+            "eval_multipliers": [m * block / run.model_config.block_size for m in ablate.eval_multipliers],
+            "sliding_window": window, "sliding_stride": stride}))
+    return finetuned
 
 
 def seeds(ablate: AblateConfig) -> range:
     return range(ablate.first_seed, ablate.first_seed + ablate.seeds)
 
 
-def initial_model(run: dict) -> GPT:
+def initial_model(run: StudyRun) -> GPT:
     """The model a run starts from, rebuilt exactly as train() builds it (same seed, same code path)."""
-    description = read_description(resolve_data_dir(run["train_config"].dataset))
-    torch.manual_seed(run["seed"])
+    description = read_description(resolve_data_dir(run.train_config.dataset))
+    torch.manual_seed(run.seed)
     # From scratch even for a branch (whose config resumes its start's checkpoint): step 0 of its seed.
-    model, _ = build_model(replace(run["train_config"], init_from="scratch"), replace(run["model_config"]),
+    model, _ = build_model(replace(run.train_config, init_from="scratch"), replace(run.model_config),
                            description)
     return model
 
@@ -237,23 +240,23 @@ def initial_model(run: dict) -> GPT:
 # ---------------------------------------------------------------------------------------------------- results
 
 
-def position_tables(plan: list[dict], records: list[dict]) -> dict | None:
+def position_tables(plan: list[StudyRun], records: list[dict]) -> dict | None:
     """The learned position table of the first learned run, at initialisation and at the end (from its record)."""
     learned = next(((run, record) for run, record in zip(plan, records, strict=True)
-                    if run["model_config"].pos_encoding == "learned"), None)
+                    if run.model_config.pos_encoding == "learned"), None)
     if learned is None:
         return None
     run, record = learned
-    return {"cell": run["variant"], "seed": run["seed"], "tables": {
+    return {"cell": run.variant, "seed": run.seed, "tables": {
         "at initialisation (step 0)": initial_model(run).input_layer.wpe.detach().float(),
         f"after training (step {record['iter_num']})": torch.tensor(record["eval"]["position_table"])}}
 
 
-def check_before_training(ablate: AblateConfig, plan: list[dict], cells: list[str]) -> None:
+def check_before_training(ablate: AblateConfig, plan: list[StudyRun], cells: list[str]) -> None:
     """Everything about the evaluation and the data that can be wrong, found before the first run trains."""
     if ablate.reference and ablate.reference not in cells:
         raise OptionError(f"reference={ablate.reference!r} is not one of the cells {cells}")
-    block_sizes = {run["model_config"].block_size for run in plan if not run.get("finetune")}
+    block_sizes = {run.model_config.block_size for run in plan if not run.finetune}
     if len(block_sizes) > 1:
         raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size (a "
                           "from_cell finetune may grow it)")
@@ -262,7 +265,7 @@ def check_before_training(ablate: AblateConfig, plan: list[dict], cells: list[st
     if stride > window:
         raise OptionError(f"sliding_stride={stride} is longer than the sliding window ({window} tokens): tokens "
                           "between pieces would go unscored; give a stride of at most the window")
-    for dataset in dict.fromkeys(run["train_config"].dataset for run in plan):
+    for dataset in dict.fromkeys(run.train_config.dataset for run in plan):
         for split in dict.fromkeys(("val", ablate.eval_split)):  # an old dataset without test.bin: one line
             load_split(resolve_data_dir(dataset), split, block_size)
 
@@ -272,7 +275,7 @@ def headline_budget(ablate: AblateConfig, train_config: TrainConfig) -> int:
 
 
 def lr_sweep_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig,
-                  cells: list[dict]) -> list[dict]:
+                  cells: list[dict]) -> list[StudyRun]:
     """The learning-rate sweep's runs (none without --lr_sweep): each cell at each rate, on the sweep's seeds."""
     if not ablate.lr_sweep:
         return []
@@ -282,7 +285,7 @@ def lr_sweep_plan(ablate: AblateConfig, train_config: TrainConfig, model_config:
                                  Path(ablate.study_dir), sweep_seeds, budget)
 
 
-def own_learning_rates(ablate: AblateConfig, plan: list[dict], train_config: TrainConfig, model_config: GPTConfig,
+def own_learning_rates(ablate: AblateConfig, plan: list[StudyRun], train_config: TrainConfig, model_config: GPTConfig,
                        cells: list[dict]) -> tuple[dict | None, int]:
     """The learning-rate sweep's stage (its runs scored on val only, at L = block_size) and each cell's pick:
     ({"picks": {cell: rate}, "val": {cell: {rate: [val loss per seed]}}, "budget", "runs": records}, 0); or
@@ -303,8 +306,8 @@ def own_learning_rates(ablate: AblateConfig, plan: list[dict], train_config: Tra
     for run, record in zip(plan, records, strict=True):
         assert record["eval"]["split"] == "val", "a choice must never see the test split"
         loss = record["eval"]["protocols"]["nonoverlapping"][block]["loss"]
-        val[run["cell"]][run["train_config"].learning_rate].append(loss)
-    return {"picks": study_plan.pick_learning_rates(val), "val": val, "budget": plan[0]["budget"],
+        val[run.cell][run.train_config.learning_rate].append(loss)
+    return {"picks": study_plan.pick_learning_rates(val), "val": val, "budget": plan[0].budget,
             "runs": records}, 0
 
 
@@ -344,7 +347,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
              "block_size": block_size, "window": sliding_geometry(ablate, block_size)[0], "checkpoint": CHECKPOINT,
              "confidence": CONFIDENCE, "split": ablate.eval_split,
              "headline_budget": headline_budget(ablate, train_config),
-             "labels": {run["variant"]: run["label"] for run in plan}, "cells": names,
+             "labels": {run.variant: run.label for run in plan}, "cells": names,
              "from_cells": from_cells(cells),
              "lr_sweep": None if sweep is None else {k: v for k, v in sweep.items() if k != "runs"}}
     study["invocation_seconds"] = time.perf_counter() - started
@@ -354,23 +357,23 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     return {**study, **report(study_dir, plan, records, study, ablate), "interrupted": 0}
 
 
-def with_history(plan: list[dict], records: list[dict]) -> list[dict]:
+def with_history(plan: list[StudyRun], records: list[dict]) -> list[dict]:
     """The records with each branch's val-estimate curve preceded by those of the runs it continues (a wsd
     branch's own curve starts where its constant-rate segment ended), and its training time theirs added."""
-    by_dir = {run["dir"]: (run, record) for run, record in zip(plan, records, strict=True)}
+    by_dir = {run.dir: (run, record) for run, record in zip(plan, records, strict=True)}
     full = []
     for run, record in zip(plan, records, strict=True):
-        evals, seconds, start = list(record["evals"]), record["train_seconds"], run["start_from"]
+        evals, seconds, start = list(record["evals"]), record["train_seconds"], run.start_from
         while start is not None:
             earlier, earlier_record = by_dir[start]
             evals = [e for e in earlier_record["evals"] if e["iter"] < evals[0]["iter"]] + evals
             seconds += earlier_record["train_seconds"]
-            start = earlier["start_from"]
+            start = earlier.start_from
         full.append({**record, "evals": evals, "train_seconds": seconds})
     return full
 
 
-def report(study_dir: Path, plan: list[dict], records: list[dict], study: dict, ablate: AblateConfig) -> dict:
+def report(study_dir: Path, plan: list[StudyRun], records: list[dict], study: dict, ablate: AblateConfig) -> dict:
     """Tables, comparisons and plots of the evaluated runs: the main ones at the headline budget."""
     evaluated = [r for r in with_history(plan, records) if "eval" in r]
     headline = [r for r in evaluated if r["budget"] == study["headline_budget"]]
@@ -380,7 +383,7 @@ def report(study_dir: Path, plan: list[dict], records: list[dict], study: dict, 
                                  (study["lr_sweep"] or {}).get("own"), study["from_cells"])
     budgets = budget_summary(evaluated, study, ablate)
     headline_runs = [(run, record) for run, record in zip(plan, records, strict=True)
-                     if run["budget"] == study["headline_budget"] and run["role"] == "run"]
+                     if run.budget == study["headline_budget"] and run.role == "run"]
     headline_plan = [run for run, _ in headline_runs]
     plots = ablate_plots.plot_all(study_dir, rows, headline, families, study,
                                   position_tables(headline_plan, [record for _, record in headline_runs]),

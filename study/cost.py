@@ -18,7 +18,7 @@ from pathlib import Path
 
 from study.config import AblateConfig
 from study.evaluation import protocol_window, sliding_geometry
-from study.plan import STABLE, tokens_per_iter
+from study.plan import STABLE, StudyRun, tokens_per_iter
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
 from train import train
@@ -26,21 +26,21 @@ from train import train
 PROBE_STEPS = 20  # timed steps of the probe (its first, with warm-up, is left out by train())
 
 
-def steps_to_train(run: dict, by_dir: dict[Path, dict]) -> int:
+def steps_to_train(run: StudyRun, by_dir: dict[Path, dict]) -> int:
     """Steps the run trains itself: a branch or segment starts where the run it continues ended."""
-    start = by_dir[run["start_from"]]["train_config"].max_iters if run["start_from"] is not None else 0
-    return run["train_config"].max_iters - start
+    start = by_dir[run.start_from].train_config.max_iters if run.start_from is not None else 0
+    return run.train_config.max_iters - start
 
 
-def forward_tokens(run: dict, ablate: "AblateConfig") -> float:
+def forward_tokens(run: StudyRun, ablate: "AblateConfig") -> float:
     """Tokens the run's evaluation forwards (0 for a constant-rate segment, never evaluated): its split once per
     length and protocol, a sliding window's overlap counted again."""
-    if run["role"] == STABLE:
+    if run.role == STABLE:
         return 0.0
-    evaluation = replace(ablate, **run.get("evaluation", {}))
-    block_size = run["model_config"].block_size
+    evaluation = replace(ablate, **run.evaluation)
+    block_size = run.model_config.block_size
     window, stride = sliding_geometry(evaluation, block_size)
-    tokens = read_description(resolve_data_dir(run["train_config"].dataset))[f"{run['split']}_tokens"]
+    tokens = read_description(resolve_data_dir(run.train_config.dataset))[f"{run.split}_tokens"]
     total = 0.0
     for protocol in evaluation.protocols:
         for multiplier in evaluation.eval_multipliers:
@@ -50,20 +50,20 @@ def forward_tokens(run: dict, ablate: "AblateConfig") -> float:
     return total
 
 
-def probe_step_seconds(run: dict) -> float:
+def probe_step_seconds(run: StudyRun) -> float:
     """Seconds per training step of the run's model and batches, timed by train() in a temporary folder."""
     with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(io.StringIO()):
-        config = replace(run["train_config"], out_dir=folder, init_from="scratch", max_iters=PROBE_STEPS + 1,
+        config = replace(run.train_config, out_dir=folder, init_from="scratch", max_iters=PROBE_STEPS + 1,
                          lr_decay_iters=PROBE_STEPS + 1, warmup_iters=1, eval_interval=10**9, eval_iters=1,
                          progress=False, wandb_log=False)
-        result = train(config, replace(run["model_config"]))
+        result = train(config, replace(run.model_config))
     return statistics.median(result["step_seconds"][1:])
 
 
-def run_estimates(plan: list[dict], ablate: "AblateConfig", finished: list[dict | None]) -> list[float]:
+def run_estimates(plan: list[StudyRun], ablate: "AblateConfig", finished: list[dict | None]) -> list[float]:
     """Estimated seconds each run still needs (0 for one finished and evaluated: finished[i] is its record, with
     "eval" where it has one). Timings come from the finished runs, else from a probe."""
-    by_dir = {run["dir"]: run for run in plan}
+    by_dir = {run.dir: run for run in plan}
     trained = [(r["train_seconds"], steps_to_train(run, by_dir)) for run, r in zip(plan, finished, strict=True) if r]
     per_step = [seconds / steps for seconds, steps in trained if steps > 0]
     step_seconds = statistics.median(per_step) if per_step else None
@@ -72,23 +72,23 @@ def run_estimates(plan: list[dict], ablate: "AblateConfig", finished: list[dict 
     per_token = [seconds / tokens for seconds, tokens in scored if tokens > 0]
     estimates = []
     for run, record in zip(plan, finished, strict=True):
-        done = record is not None and (run["role"] == STABLE or "eval" in record)
+        done = record is not None and (run.role == STABLE or "eval" in record)
         if done:
             estimates.append(0.0)
             continue
         if step_seconds is None:
             step_seconds = probe_step_seconds(run)
         token_seconds = statistics.median(per_token) if per_token else step_seconds / (
-            3 * tokens_per_iter(run["train_config"], run["model_config"]))
+            3 * tokens_per_iter(run.train_config, run.model_config))
         train_part = 0 if record is not None else steps_to_train(run, by_dir) * step_seconds
         estimates.append(train_part + forward_tokens(run, ablate) * token_seconds)
     return estimates
 
 
-def plan_view(plan: list[dict], estimates: list[float], jobs: int) -> str:
+def plan_view(plan: list[StudyRun], estimates: list[float], jobs: int) -> str:
     """--list_runs: each run with its steps and estimate, and the stage's total on this machine with --jobs."""
-    by_dir = {run["dir"]: run for run in plan}
-    lines = [f"{i}\t{run['variant']}\tseed {run['seed']}\t{run['dir']}\t"
+    by_dir = {run.dir: run for run in plan}
+    lines = [f"{i}\t{run.variant}\tseed {run.seed}\t{run.dir}\t"
              + ("finished" if seconds == 0 else f"{steps_to_train(run, by_dir)} steps, ~{seconds / 60:.1f} min")
              for i, (run, seconds) in enumerate(zip(plan, estimates, strict=True))]
     left = [i for i, seconds in enumerate(estimates) if seconds > 0]

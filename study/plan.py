@@ -1,5 +1,5 @@
-"""A study's plan: every run it trains, in the order it trains them, each a dict that study_runs.py trains into its
-own folder. Budgets: each cell trains to each budget with a complete learning-rate schedule:
+"""A study's plan: every run it trains, in the order it trains them, each a StudyRun that study/runs.py trains into
+its own folder. Budgets: each cell trains to each budget with a complete learning-rate schedule:
 
   cosine  one run per budget, from scratch, its cosine reaching min_lr at the budget (lr_decay_iters = budget)
   wsd     one constant-rate ("stable") run per (cell, seed), in segments that end where each budget's decay starts
@@ -13,15 +13,39 @@ train it in. Learning-rate sweeps (role "sweep") train on val-only evaluation, b
 """
 
 import re
-from dataclasses import replace
+import typing
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from errors import OptionError
 from training.schedule import wsd_decay_iters
 
+if typing.TYPE_CHECKING:
+    from gpt.model import GPTConfig
+    from train import TrainConfig
+
 MAX_RUNS = 100_000  # runs in one plan: it is built in memory
 STABLE = "stable"  # the role of a constant-rate segment that wsd budgets branch from; it is not evaluated
 SWEEP_EVALUATION = {"eval_multipliers": [1.0], "protocols": ["nonoverlapping"]}  # what a sweep's pick looks at
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One run of a study's plan: what it trains (its configs, its folder's out_dir among them) and how the study
+    scores and reports it."""
+    variant: str  # its cell's name (the cell's folder, its records' "variant"); a sweep run's names its rate too
+    label: str  # the cell as tables and plots show it
+    seed: int
+    budget: int  # the steps it is reported at: its max_iters (a finetune: its from_cell base's budget)
+    role: str  # "run" (scored and reported), STABLE (a constant-rate segment, not scored) or "sweep"
+    split: str  # the split it is scored on: test, or val for a choice
+    dir: Path  # its folder
+    start_from: Path | None  # the folder of the finished run it continues (a wsd branch) or finetunes; None: scratch
+    model_config: "GPTConfig"
+    train_config: "TrainConfig"
+    cell: str | None = None  # a sweep run: the cell whose learning rate it tries
+    evaluation: dict = field(default_factory=dict)  # evaluation settings of its own over the study's (AblateConfig)
+    finetune: bool = False  # a from_cell run: a new run from start_from's final weights, not a continuation
 
 
 def cell_dir(name: str) -> str:
@@ -38,9 +62,8 @@ def per_run(train_config, run_dir: Path, seed: int, start_from: Path | None, **c
 
 
 def entry(name: str, label: str, seed: int, budget: int, role: str, split: str, run_dir: Path, train_config,
-          model_config, start_from: Path | None = None) -> dict:
-    return {"variant": name, "label": label, "seed": seed, "budget": budget, "role": role, "split": split,
-            "dir": run_dir, "start_from": start_from, "model_config": model_config, "train_config": train_config}
+          model_config, start_from: Path | None = None) -> StudyRun:
+    return StudyRun(name, label, seed, budget, role, split, run_dir, start_from, model_config, train_config)
 
 
 def tokens_per_iter(train_config, model_config) -> int:
@@ -53,7 +76,7 @@ def wsd_branches(train_config) -> bool:
 
 
 def budget_runs(name: str, label: str, cell_train, cell_model, seed_dir: Path, seed: int, budgets: list[int | None],
-                split: str) -> list[dict]:
+                split: str) -> list[StudyRun]:
     """One (cell, seed)'s runs, budgets ascending; budgets == [None]: one run of max_iters in seed_dir itself."""
     if budgets == [None]:
         config = per_run(cell_train, seed_dir, seed, None)
@@ -69,7 +92,7 @@ def budget_runs(name: str, label: str, cell_train, cell_model, seed_dir: Path, s
 
 
 def one_budget(name: str, label: str, cell_train, cell_model, seed_dir: Path, seed: int, budget: int, split: str,
-               stable: tuple[Path | None, int]) -> tuple[list[dict], tuple[Path | None, int]]:
+               stable: tuple[Path | None, int]) -> tuple[list[StudyRun], tuple[Path | None, int]]:
     """The runs that bring a (cell, seed) to one budget, and the stable run (folder, steps) it leaves."""
     run_dir = seed_dir / f"{budget}steps"
     if not wsd_branches(cell_train):
@@ -89,7 +112,7 @@ def one_budget(name: str, label: str, cell_train, cell_model, seed_dir: Path, se
 
 
 def budget_plan(configs: list[tuple], study_dir: Path, seeds: range, budgets: list[int | None],
-                split: str) -> list[dict]:
+                split: str) -> list[StudyRun]:
     """Every cell's runs at every budget, seed by seed (a study cut short has whole seeds for every cell)."""
     count = len(configs) * len(seeds) * len(budgets) * 2
     if count > MAX_RUNS:
@@ -105,7 +128,7 @@ def sweep_name(name: str, learning_rate: float) -> str:
 
 
 def sweep_plan(configs: list[tuple], learning_rates: list[float], study_dir: Path, seeds: range,
-               budget: int) -> list[dict]:
+               budget: int) -> list[StudyRun]:
     """Each cell at each learning rate, on the sweep's own seeds, at one budget with a complete schedule; every
     sweep run is scored on val (only), the split choices are made on."""
     if len(configs) * len(learning_rates) * len(seeds) > MAX_RUNS:
@@ -124,8 +147,8 @@ def sweep_plan(configs: list[tuple], learning_rates: list[float], study_dir: Pat
                     config = per_run(cell_train, run_dir, seed, None, **changes)
                 except ValueError as e:
                     raise OptionError(f"cell {name!r}, lr_sweep {learning_rate:g}: {e}") from None
-                plan.append({**entry(variant, f"{label} lr {learning_rate:g}", seed, budget, "sweep", "val",
-                                     run_dir, config, cell_model), "cell": name, "evaluation": SWEEP_EVALUATION})
+                plan.append(replace(entry(variant, f"{label} lr {learning_rate:g}", seed, budget, "sweep", "val",
+                                          run_dir, config, cell_model), cell=name, evaluation=SWEEP_EVALUATION))
     return plan
 
 

@@ -16,6 +16,7 @@ from study import plots as ablate_plots
 from study.config import AblateConfig
 from study.evaluation import bits_per, sliding_geometry
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
+from study.plan import StudyRun
 
 CHECKPOINT = "ckpt.pt"  # the final model of each run, the one every evaluation scores
 
@@ -207,13 +208,13 @@ FAMILY_NOTES = {
 }
 
 
-def header_lines(ablate: "AblateConfig", plan: list[dict], records: list[dict], study: dict) -> list[str]:
-    first, model_config = plan[0]["train_config"], plan[0]["model_config"]
+def header_lines(ablate: "AblateConfig", plan: list[StudyRun], records: list[dict], study: dict) -> list[str]:
+    first, model_config = plan[0].train_config, plan[0].model_config
     window, stride = sliding_geometry(ablate, model_config.block_size)
     budget = f"{study['headline_budget']} steps" + (
         f" or {first.max_seconds:g} s of training" if first.max_seconds else "")
     budgets = sorted(ablate.budgets)
-    schedules = {(r["train_config"].decay_lr, r["train_config"].lr_schedule) for r in plan}
+    schedules = {(r.train_config.decay_lr, r.train_config.lr_schedule) for r in plan}
     schedule = ("schedule per cell" if len(schedules) > 1 else f"{first.lr_schedule} schedule" + (
         f" (decay over the last {first.wsd_decay_fraction:g} of each budget, {first.wsd_decay_shape})"
         if first.lr_schedule == "wsd" else "") if first.decay_lr else "constant learning rate")
@@ -222,10 +223,10 @@ def header_lines(ablate: "AblateConfig", plan: list[dict], records: list[dict], 
     seeds = sorted({r["seed"] for r in records})
     counts, compute = records[0]["eval"], study["compute_seconds"]
     lines = [
-        f"# Study: {', '.join(dict.fromkeys(study['labels'][r['variant']] for r in plan))}", "",
+        f"# Study: {', '.join(dict.fromkeys(study['labels'][r.variant] for r in plan))}", "",
         (f"Dataset `{first.dataset}`, scored on its **{study['split']}** split ({counts['tokens']:,} tokens, "
          f"{counts['bytes']:,} bytes, {counts['chars']:,} characters)" if one_split(records) else
-         f"Datasets {', '.join(sorted({f'`{r.dataset}`' for r in (run['train_config'] for run in plan)}))}, each "
+         f"Datasets {', '.join(sorted({f'`{r.dataset}`' for r in (run.train_config for run in plan)}))}, each "
          f"scored on its own **{study['split']}** split; the cells tokenize the text differently, so they are "
          "compared in bits per byte (a t test on each seed's bits per byte)")
         + f"; n_layer {model_config.n_layer}, n_head "

@@ -34,13 +34,14 @@ from gpt.model import GPTConfig
 from study.config import PER_RUN, AblateConfig, parse_time_limit
 from study.cost import OutOfTime, TimeBox, plan_view, run_estimates
 from study.evaluation import eval_lengths, evaluate_model, sliding_geometry, target_counts
-from study.plan import STABLE, tokens_per_iter
+from study.plan import STABLE, StudyRun, tokens_per_iter
 from study.report import CHECKPOINT
 from text.dataset import load_split, resolve_data_dir, split_identity
 from text.tokenizer import read_description
 from train import TrainConfig, train, training_dtype
 from training.checkpoint import load_checkpoint, read_checkpoint
 from training.devices import choose_device, choose_dtype
+from training.run_dir import Interrupted
 
 NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode")  # change no number
 # AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
@@ -61,19 +62,23 @@ STUDY_GITIGNORE = ("# ablate.py: commit a study's records, not its checkpoints, 
                    "*.pt\n*.lock\n*.tmp\nmetrics.jsonl\ntrain.log\n")
 
 
-def settings(run: dict) -> dict:
+def settings(run: StudyRun) -> dict:
     """Everything that changes a run's numbers: both configs (less NEUTRAL fields), the data's description (with
     its split's identity: rule, fractions, token counts, SHA-256 of each .bin), and, for a run of a study's plan,
     the split it is scored on and the run it continues (its folder, by name); a finetune (ablate's from_cell),
     whose init_from is given at train time (the checkpoint does not exist before), names the run it starts from."""
-    description = read_description(resolve_data_dir(run["train_config"].dataset))
-    found = {"train_config": {k: v for k, v in asdict(run["train_config"]).items() if k not in NEUTRAL},
-             "model_config": asdict(run["model_config"]), "data": description}
-    if "split" in run:  # study_identity's base configs are no run
-        found["run"] = {"scored_on": run["split"], "starts_from": run["start_from"] and run["start_from"].name}
-        if run.get("finetune"):
-            found["run"]["finetunes"] = "/".join(run["start_from"].parts[-2:])  # <cell>/seed<N>
+    found = config_settings(run.train_config, run.model_config)
+    found["run"] = {"scored_on": run.split, "starts_from": run.start_from and run.start_from.name}
+    if run.finetune:
+        found["run"]["finetunes"] = "/".join(run.start_from.parts[-2:])  # <cell>/seed<N>
     return found
+
+
+def config_settings(train_config: TrainConfig, model_config: GPTConfig) -> dict:
+    """settings() of the configs alone (a study's base configs are no run)."""
+    description = read_description(resolve_data_dir(train_config.dataset))
+    return {"train_config": {k: v for k, v in asdict(train_config).items() if k not in NEUTRAL},
+            "model_config": asdict(model_config), "data": description}
 
 
 def changed_settings(stored: dict, current: dict) -> list[str]:
@@ -159,7 +164,7 @@ def with_resolved_dtype(train_config: TrainConfig) -> TrainConfig:
 def study_identity(ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig) -> dict:
     """The settings that change a study's numbers: the study's own (less OPERATIONAL), the base configs the
     cells start from (less what the plan sets per run), and the data."""
-    base = settings({"train_config": with_resolved_dtype(train_config), "model_config": model_config})
+    base = config_settings(with_resolved_dtype(train_config), model_config)
     base["train_config"] = {k: v for k, v in base["train_config"].items() if k not in PER_RUN}
     return {"ablate_config": {k: v for k, v in asdict(ablate).items() if k not in OPERATIONAL}, **base}
 
@@ -208,7 +213,7 @@ def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: 
     write_atomic(study_dir / STUDY_FILE, json.dumps(identity, indent=1))
 
 
-def check_modes(plan: list[dict], ablate: "AblateConfig") -> None:
+def check_modes(plan: list[StudyRun], ablate: "AblateConfig") -> None:
     """--run_index within the plan, --jobs within the runs and the CPUs: checked before anything trains."""
     if ablate.run_index >= len(plan):
         raise OptionError(f"run_index={ablate.run_index} is past the plan's last run, {len(plan) - 1} ({len(plan)} "
@@ -227,37 +232,37 @@ def usable_cpus() -> int:
 # ---------------------------------------------------------------------------------------------------- one run
 
 
-def claim(run: dict, stack: contextlib.ExitStack, wait: bool = False) -> str | None:
+def claim(run: StudyRun, stack: contextlib.ExitStack, wait: bool = False) -> str | None:
     """Lock the run for this process until the stack closes (None), or the id of the process that holds it.
     The lock sits beside the run's folder, so that redoing the run can empty the folder while holding it."""
     try:
-        run["dir"].parent.mkdir(parents=True, exist_ok=True)
+        run.dir.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create {run['dir'].parent}: {e.strerror or e}; choose another --study_dir"
+        raise UserError(f"cannot create {run.dir.parent}: {e.strerror or e}; choose another --study_dir"
                         ) from None
-    return hold_lock(run["dir"].with_name(run["dir"].name + ".lock"), stack, wait)
+    return hold_lock(run.dir.with_name(run.dir.name + ".lock"), stack, wait)
 
 
-def finished_record(run: dict, overwrite: bool) -> dict | None:
+def finished_record(run: StudyRun, overwrite: bool) -> dict | None:
     """The run's done.json when it holds this run, finished; None when the run is to be trained (none there, or
     --overwrite=True over other settings). The record is enough: its checkpoint may be absent (pruned, or a study
     folder copied or committed without checkpoints), but one that is present must be the one it recorded. A
     damaged, edited or incomplete record is refused: retraining would delete it."""
-    done_file, checkpoint = run["dir"] / "done.json", run["dir"] / CHECKPOINT
+    done_file, checkpoint = run.dir / "done.json", run.dir / CHECKPOINT
     record, damage = read_record(done_file, RECORD_FIELDS)
     if damage:
-        raise UserError(f"{done_file} is damaged ({damage}): the run's record is lost; delete {run['dir']} to "
+        raise UserError(f"{done_file} is damaged ({damage}): the run's record is lost; delete {run.dir} to "
                         "train it again")
     if record is None:
         return None
     changed = changed_settings(record["settings"], settings(run))
     if changed and not overwrite:
-        raise UserError(f"{run['dir']} was trained with other settings or older code ({', '.join(changed)}); "
+        raise UserError(f"{run.dir} was trained with other settings or older code ({', '.join(changed)}); "
                         "delete it, give --overwrite=True to train it again, or choose another --study_dir")
     if changed:
         return None
     if checkpoint.is_file() and checkpoint_identity(checkpoint) != record["checkpoint"]:
-        raise UserError(f"{checkpoint} is not the checkpoint {done_file} recorded; delete {run['dir']} to train "
+        raise UserError(f"{checkpoint} is not the checkpoint {done_file} recorded; delete {run.dir} to train "
                         "the run again, or remove the checkpoint to keep the record alone")
     return record
 
@@ -293,83 +298,78 @@ def cpu_info() -> str:
         return ""
 
 
-def train_run(run: dict, plan: list[dict], bar: tqdm, start: int) -> tuple[dict | None, int]:
-    """Train one run from scratch (the caller holds its lock): (its record, 0), or (None, the signal) when
+def train_run(run: StudyRun, plan: list[StudyRun], bar: tqdm, start: int) -> dict:
+    """Train one run from scratch (the caller holds its lock): its record; Interrupted (with the signal) when
     Ctrl-C or SIGTERM stopped it. A branch whose start's checkpoint is not there has it trained again first."""
-    if run["start_from"] is not None:
-        stopped_by = rebuild_checkpoint({r["dir"]: r for r in plan}[run["start_from"]], plan, bar, start)
-        if stopped_by:
-            return None, stopped_by
+    if run.start_from is not None:
+        rebuild_checkpoint({r.dir: r for r in plan}[run.start_from], plan, bar, start)
     try:
-        if run["dir"].exists():
-            shutil.rmtree(run["dir"])  # an unfinished run starts again from scratch
-        run["dir"].mkdir(parents=True)
+        if run.dir.exists():
+            shutil.rmtree(run.dir)  # an unfinished run starts again from scratch
+        run.dir.mkdir(parents=True)
     except OSError as e:
-        raise UserError(f"cannot empty {run['dir']} to train it again: {e.strerror or e}") from None
+        raise UserError(f"cannot empty {run.dir} to train it again: {e.strerror or e}") from None
     started = time.perf_counter()
-    result = train_in(run, run["dir"], bar, start)
+    result = train_in(run, run.dir, bar, start)
     if result["interrupted"]:
-        return None, result["interrupted"]
-    record = {"variant": run["variant"], "seed": run["seed"], "budget": run["budget"], "role": run["role"],
-              "tokens_per_iter": tokens_per_iter(run["train_config"], run["model_config"]),
+        raise Interrupted(result["interrupted"])
+    record = {"variant": run.variant, "seed": run.seed, "budget": run.budget, "role": run.role,
+              "tokens_per_iter": tokens_per_iter(run.train_config, run.model_config),
               "parameters": result["model"].get_num_params(),
               "iter_num": result["iter_num"], "final_val_estimate": result["evals"][-1]["val_loss"],
               "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run),
-              "checkpoint": checkpoint_identity(run["dir"] / CHECKPOINT),
+              "checkpoint": checkpoint_identity(run.dir / CHECKPOINT),
               "provenance": provenance(result["dtype"], time.perf_counter() - started)}
-    if record["provenance"]["dtype"] != run["train_config"].dtype:  # the study resolved it once, before any run
-        raise RuntimeError(f"{run['dir']} trained in {result['dtype']}, not the study's {run['train_config'].dtype}")
-    write_atomic(run["dir"] / "done.json", sealed(record))
-    return {**record, "digest": digest(record)}, 0
+    if record["provenance"]["dtype"] != run.train_config.dtype:  # the study resolved it once, before any run
+        raise RuntimeError(f"{run.dir} trained in {result['dtype']}, not the study's {run.train_config.dtype}")
+    write_atomic(run.dir / "done.json", sealed(record))
+    return {**record, "digest": digest(record)}
 
 
-def train_in(run: dict, folder: Path, bar: tqdm, start: int) -> dict:
+def train_in(run: StudyRun, folder: Path, bar: tqdm, start: int) -> dict:
     """train()'s result for the run trained in folder (empty; a branch resumes a copy of its start's checkpoint),
     its eval lines in folder/train.log so that the terminal keeps one bar, which follows its metrics.jsonl."""
-    config = replace(run["train_config"], out_dir=str(folder))
-    if run.get("finetune"):  # a new run from the weights of the finished run it starts from
-        config = replace(config, init_from=str(run["start_from"] / CHECKPOINT))
-    elif run["start_from"] is not None:  # a branch: it resumes a copy of the finished run it continues
+    config = replace(run.train_config, out_dir=str(folder))
+    if run.finetune:  # a new run from the weights of the finished run it starts from
+        config = replace(config, init_from=str(run.start_from / CHECKPOINT))
+    elif run.start_from is not None:  # a branch: it resumes a copy of the finished run it continues
         with atomic_files(folder / CHECKPOINT) as (temp,):
-            shutil.copyfile(run["start_from"] / CHECKPOINT, temp)
+            shutil.copyfile(run.start_from / CHECKPOINT, temp)
     stop = threading.Event()
     watcher = threading.Thread(target=follow, args=(folder / "metrics.jsonl", bar, start, stop), daemon=True)
     watcher.start()
     try:
         with (folder / "train.log").open("w") as log, contextlib.redirect_stdout(log):
-            return train(config, replace(run["model_config"]))
+            return train(config, replace(run.model_config))
     finally:
         stop.set()
         watcher.join()
 
 
-def rebuild_checkpoint(run: dict, plan: list[dict], bar: tqdm, start: int) -> int:
+def rebuild_checkpoint(run: StudyRun, plan: list[StudyRun], bar: tqdm, start: int) -> None:
     """Make sure a finished run's checkpoint is there for the runs that start from it: one pruned or never copied
     (records alone continue a study) is trained again, after its own start's, in a temporary folder beside it, and
-    taken only if its bytes are those its record names (training is deterministic on one machine and torch). 0, or
-    the signal that stopped it."""
-    if (run["dir"] / CHECKPOINT).is_file():
-        return 0
-    if run["start_from"] is not None:
-        stopped_by = rebuild_checkpoint({r["dir"]: r for r in plan}[run["start_from"]], plan, bar, start)
-        if stopped_by:
-            return stopped_by
+    taken only if its bytes are those its record names (training is deterministic on one machine and torch).
+    Interrupted when a signal stopped it."""
+    if (run.dir / CHECKPOINT).is_file():
+        return
+    if run.start_from is not None:
+        rebuild_checkpoint({r.dir: r for r in plan}[run.start_from], plan, bar, start)
     with contextlib.ExitStack() as stack:
         claim(run, stack, wait=True)
-        record, damage = read_record(run["dir"] / "done.json", RECORD_FIELDS)
-        if (run["dir"] / CHECKPOINT).is_file() or record is None:  # rebuilt by another process, or never finished
-            return 0
-        with tempfile.TemporaryDirectory(dir=run["dir"].parent, prefix=f"{run['dir'].name}.rebuild") as folder:
+        record, damage = read_record(run.dir / "done.json", RECORD_FIELDS)
+        if (run.dir / CHECKPOINT).is_file() or record is None:  # rebuilt by another process, or never finished
+            return
+        with tempfile.TemporaryDirectory(dir=run.dir.parent, prefix=f"{run.dir.name}.rebuild") as folder:
             result = train_in(run, Path(folder), bar, start)
             if result["interrupted"]:
-                return result["interrupted"]
+                raise Interrupted(result["interrupted"])
             if checkpoint_identity(Path(folder) / CHECKPOINT) != record["checkpoint"]:
-                raise UserError(f"{run['dir'] / CHECKPOINT} is not there and training it again gave another state "
+                raise UserError(f"{run.dir / CHECKPOINT} is not there and training it again gave another state "
                                 f"than its record names (trained on {record['provenance']['cpu']}, torch "
                                 f"{record['provenance']['torch']}); copy the checkpoint in, or continue there")
-            os.replace(Path(folder) / CHECKPOINT, run["dir"] / CHECKPOINT)
-    return 0
+            os.replace(Path(folder) / CHECKPOINT, run.dir / CHECKPOINT)
 
 
 def latest_logged(metrics_file: Path) -> tuple[int, float | None]:
@@ -394,94 +394,92 @@ def follow(metrics_file: Path, bar: tqdm, start: int, stop: threading.Event) -> 
             bar.set_postfix_str(f"step {step}" + (f", loss {loss:.3f}" if loss is not None else ""))
 
 
-def run_evaluation(run: dict, ablate: "AblateConfig") -> "AblateConfig":
+def run_evaluation(run: StudyRun, ablate: "AblateConfig") -> "AblateConfig":
     """The study's evaluation settings as this run uses them (a sweep's run: its own lengths and protocols)."""
-    return replace(ablate, **run.get("evaluation", {}))
+    return replace(ablate, **run.evaluation)
 
 
-def eval_key(run: dict, ablate: "AblateConfig", record: dict) -> dict:
+def eval_key(run: StudyRun, ablate: "AblateConfig", record: dict) -> dict:
     """What an evaluation depends on: the checkpoint it scored (the file's bytes; without the file, the one the run's
     record names), the split, the protocols."""
     ablate = run_evaluation(run, ablate)
-    block_size = run["model_config"].block_size
+    block_size = run.model_config.block_size
     window, stride = sliding_geometry(ablate, block_size)
-    description = read_description(resolve_data_dir(run["train_config"].dataset))
-    checkpoint = run["dir"] / CHECKPOINT
+    description = read_description(resolve_data_dir(run.train_config.dataset))
+    checkpoint = run.dir / CHECKPOINT
     identity = checkpoint_identity(checkpoint) if checkpoint.is_file() else record["checkpoint"]
     return {"checkpoint": CHECKPOINT, "checkpoint_identity": identity,
-            "split": run["split"], "split_identity": split_identity(description), "data": description,
+            "split": run.split, "split_identity": split_identity(description), "data": description,
             "lengths": eval_lengths(block_size, ablate.eval_multipliers), "protocols": ablate.protocols,
             "window": window, "stride": stride}
 
 
-def cached_eval(run: dict, key: dict) -> dict | None:
+def cached_eval(run: StudyRun, key: dict) -> dict | None:
     """eval.json when it holds the evaluation of this run's checkpoint under key. Where the checkpoint is there, a
     damaged or edited eval.json is only its cache, computed again (and said so); without it, it is refused."""
-    eval_file = run["dir"] / "eval.json"
+    eval_file = run.dir / "eval.json"
     cached, damage = read_record(eval_file, EVAL_FIELDS)
-    if damage and not (run["dir"] / CHECKPOINT).is_file():
+    if damage and not (run.dir / CHECKPOINT).is_file():
         raise UserError(f"{eval_file} is damaged ({damage}) and the run has no {CHECKPOINT} to evaluate again; "
-                        f"delete {run['dir']} to train it again")
+                        f"delete {run.dir} to train it again")
     if damage:
         print(f"{eval_file} is damaged ({damage}); evaluating the checkpoint again", file=sys.stderr)
     return cached if cached is not None and cached["key"] == key else None
 
 
-def evaluate_run(run: dict, ablate: "AblateConfig", record: dict) -> dict:
-    """The run's final model on its whole split (run["split"]: test, or val for a choice) under each protocol
+def evaluate_run(run: StudyRun, ablate: "AblateConfig", record: dict) -> dict:
+    """The run's final model on its whole split (run.split: test, or val for a choice) under each protocol
     and length, with the bytes and characters the scored tokens stand for (and a learned encoding's final position
     table, for the report's plot); cached in eval.json."""
     key = eval_key(run, ablate, record)
     cached = cached_eval(run, key)
     if cached is not None:
         return cached
-    checkpoint = run["dir"] / CHECKPOINT
+    checkpoint = run.dir / CHECKPOINT
     if not checkpoint.is_file():
-        raise UserError(f"{run['dir']} has no {CHECKPOINT} (pruned, or not copied) and no evaluation under these "
-                        f"settings; copy its {CHECKPOINT} back, or delete {run['dir']} to train it again")
-    device = choose_device(run["train_config"].device)
-    dtype = choose_dtype(run["train_config"].dtype, device)
+        raise UserError(f"{run.dir} has no {CHECKPOINT} (pruned, or not copied) and no evaluation under these "
+                        f"settings; copy its {CHECKPOINT} back, or delete {run.dir} to train it again")
+    device = choose_device(run.train_config.device)
+    dtype = choose_dtype(run.train_config.dtype, device)
     model = read_checkpoint(checkpoint)[0].to(device)
-    data = load_split(resolve_data_dir(run["train_config"].dataset), run["split"], max(key["lengths"]))
+    data = load_split(resolve_data_dir(run.train_config.dataset), run.split, max(key["lengths"]))
     started = time.perf_counter()
     protocols = evaluate_model(model, data, key["lengths"], run_evaluation(run, ablate), device, dtype)
-    result = {"key": key, "split": run["split"], **target_counts(data, key["data"]),
+    result = {"key": key, "split": run.split, **target_counts(data, key["data"]),
               "seconds": time.perf_counter() - started, "protocols": protocols}
-    if run["model_config"].pos_encoding == "learned" and run["role"] == "run":
+    if run.model_config.pos_encoding == "learned" and run.role == "run":
         rows = model.input_layer.wpe.detach().float().cpu().tolist()  # 5 digits: enough for a similarity plot
         result["position_table"] = [[float(f"{x:.5g}") for x in row] for row in rows]
-    write_atomic(run["dir"] / "eval.json", sealed(result))
+    write_atomic(run.dir / "eval.json", sealed(result))
     return {**result, "digest": digest(result)}
 
 
-def finish_run(run: dict, plan: list[dict], ablate: "AblateConfig", bar: tqdm, start: int) -> tuple[dict | None, int]:
+def finish_run(run: StudyRun, plan: list[StudyRun], ablate: "AblateConfig", bar: tqdm, start: int) -> dict:
     """The run's record with its evaluation, training it first unless finished (the caller holds its lock);
-    (None, the signal) when one stopped it."""
-    if run["dir"].is_dir():
-        remove_stale_temps(run["dir"], RUN_RECORDS)  # left by a kill -9 during a write
+    Interrupted when a signal stopped it."""
+    if run.dir.is_dir():
+        remove_stale_temps(run.dir, RUN_RECORDS)  # left by a kill -9 during a write
     record = finished_record(run, ablate.overwrite)
     if record is None:
-        record, stopped_by = train_run(run, plan, bar, start)
-        if record is None:
-            return None, stopped_by
+        record = train_run(run, plan, bar, start)
         # The line and its newline in one write: --jobs workers share the parent's stdout, a pipe, and with Python
         # unbuffered (PYTHONUNBUFFERED) tqdm's write(line) then write("\n") let another worker's line in between.
-        bar.write(f"trained {run['dir']}: {record['iter_num']} steps, final val estimate "
+        bar.write(f"trained {run.dir}: {record['iter_num']} steps, final val estimate "
                   f"{record['final_val_estimate']:.4f}\n", end="")
         sys.stdout.flush()
-    if run["role"] != STABLE:  # a constant-rate segment is a means to its branches, not a result
+    if run.role != STABLE:  # a constant-rate segment is a means to its branches, not a result
         bar.set_postfix_str("evaluating")
         record["eval"] = evaluate_run(run, ablate, record)
-    return record, 0
+    return record
 
 
 # ---------------------------------------------------------------------------------------------------- many runs
 
 
-def take_free_runs(plan: list[dict], ablate: "AblateConfig", records: dict[int, dict], wait: bool, bar: tqdm,
-                   max_iters: int, time_box: TimeBox | None = None) -> int:
+def take_free_runs(plan: list[StudyRun], ablate: "AblateConfig", records: dict[int, dict], wait: bool, bar: tqdm,
+                   max_iters: int, time_box: TimeBox | None = None) -> None:
     """Finish every run of plan not yet in records that no other process holds (wait: and then those, once
-    their holder lets go), adding them to records; 0, or the signal that stopped a training. A time box starts no
+    their holder lets go), adding them to records; Interrupted when a signal stopped a training. A time box starts no
     run estimated to end past it (nor a branch of a run not finished)."""
     for i, run in enumerate(plan):
         if i in records or ((not wait or time_box) and unfinished_start(run)):
@@ -492,68 +490,68 @@ def take_free_runs(plan: list[dict], ablate: "AblateConfig", records: dict[int, 
             holder = claim(run, stack)
             if holder is not None and not wait:
                 continue
-            label = f"run {i + 1}/{len(plan)}: {run['variant']}, seed {run['seed']}"
+            label = f"run {i + 1}/{len(plan)}: {run.variant}, seed {run.seed}"
             if holder is not None:
                 bar.set_description(f"{label}: waiting for process {holder}")
                 claim(run, stack, wait=True)
             bar.set_description(label)
-            record, stopped_by = finish_run(run, plan, ablate, bar, i * max_iters)
-            if record is None:
-                print(f"interrupted: {run['dir']} is unfinished and will start again on the next run of ablate.py")
-                return stopped_by
-            records[i] = record
+            try:
+                records[i] = finish_run(run, plan, ablate, bar, i * max_iters)
+            except Interrupted:
+                print(f"interrupted: {run.dir} is unfinished and will start again on the next run of ablate.py")
+                raise
             bar.n = (i + 1) * max_iters  # a time budget can end a run early
         if not ablate.keep_checkpoints:
             prune_checkpoints(plan, run)
-    return 0
 
 
-def prune_checkpoints(plan: list[dict], finished: dict) -> None:
+def prune_checkpoints(plan: list[StudyRun], finished: StudyRun) -> None:
     """--keep_checkpoints=False: remove the checkpoints of the just-finished run and of the run it continues, each
     once no run of the plan still needs it (every run that starts from it finished) and no process holds it. A run
     whose checkpoint is gone keeps its record and evaluation, which is all that reuse and the report need."""
-    for run in [finished, *(r for r in plan if r["dir"] == finished["start_from"])]:
-        if any(not (other["dir"] / "done.json").is_file() for other in plan if other["start_from"] == run["dir"]):
+    for run in [finished, *(r for r in plan if r.dir == finished.start_from)]:
+        if any(not (other.dir / "done.json").is_file() for other in plan if other.start_from == run.dir):
             continue  # a branch or a later segment still copies it
         with contextlib.ExitStack() as stack:
             if claim(run, stack) is None:  # not being evaluated by another process
                 for name in (CHECKPOINT, "best.pt"):
-                    (run["dir"] / name).unlink(missing_ok=True)
+                    (run.dir / name).unlink(missing_ok=True)
 
 
-def unfinished_start(run: dict) -> bool:
+def unfinished_start(run: StudyRun) -> bool:
     """A branch whose constant-rate run is not finished (another process holds it): it waits for the second pass,
     which meets that run first (the plan puts it earlier) and waits for it."""
-    return run["start_from"] is not None and not (run["start_from"] / "done.json").is_file()
+    return run.start_from is not None and not (run.start_from / "done.json").is_file()
 
 
-def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool,
-                       time_box: TimeBox | None) -> tuple[list[dict], int]:
-    """Every run's record with its evaluation, in plan order, and 0; or ([], the signal) when one stopped it; or
-    OutOfTime when the time box left runs unstarted. Runs that another process holds are skipped at first and
+def train_and_evaluate(plan: list[StudyRun], ablate: "AblateConfig", max_iters: int, show: bool,
+                       time_box: TimeBox | None) -> list[dict]:
+    """Every run's record with its evaluation, in plan order; Interrupted when a signal stopped one; OutOfTime
+    when the time box left runs unstarted. Runs that another process holds are skipped at first and
     waited for at the end."""
     records: dict[int, dict] = {}
     with tqdm(total=len(plan) * max_iters, unit="step", dynamic_ncols=True, disable=not show) as bar:
         for wait in (False, True):
-            stopped_by = take_free_runs(plan, ablate, records, wait, bar, max_iters, time_box)
-            if stopped_by:
-                return [], stopped_by
+            take_free_runs(plan, ablate, records, wait, bar, max_iters, time_box)
     if len(records) < len(plan):
         raise OutOfTime(len(records), len(plan))
-    return [records[i] for i in range(len(plan))], 0
+    return [records[i] for i in range(len(plan))]
 
 
 def stop_by_exception(signum: int, frame) -> None:
     raise KeyboardInterrupt  # out of an evaluation or a wait; train() handles the signals itself while it runs
 
 
-def job(plan: list[dict], ablate: "AblateConfig", threads: int, time_box: TimeBox | None) -> None:
+def job(plan: list[StudyRun], ablate: "AblateConfig", threads: int, time_box: TimeBox | None) -> None:
     """One of --jobs processes: finishes every run that no other process holds, on its share of the threads."""
     torch.set_num_threads(threads)
     code_version()  # before any run: the code this worker imported
     signal.signal(signal.SIGTERM, stop_by_exception)
     try:
-        stopped_by = take_free_runs(plan, ablate, {}, False, tqdm(disable=True), 0, time_box)
+        take_free_runs(plan, ablate, {}, False, tqdm(disable=True), 0, time_box)
+        stopped_by = 0
+    except Interrupted as stopped:
+        stopped_by = stopped.args[0]
     except KeyboardInterrupt:
         stopped_by = signal.SIGTERM
     except UserError:
@@ -561,7 +559,7 @@ def job(plan: list[dict], ablate: "AblateConfig", threads: int, time_box: TimeBo
     sys.exit(128 + stopped_by if stopped_by else 0)
 
 
-def run_jobs(plan: list[dict], ablate: "AblateConfig", time_box: TimeBox | None) -> None:
+def run_jobs(plan: list[StudyRun], ablate: "AblateConfig", time_box: TimeBox | None) -> None:
     """Train and evaluate the plan in --jobs processes at once; a signal to this process stops them all. What
     a failed job left is for the caller's train_and_evaluate, which reads back the rest."""
     threads = ablate.threads or max(1, usable_cpus() // ablate.jobs)
@@ -580,48 +578,46 @@ def run_jobs(plan: list[dict], ablate: "AblateConfig", time_box: TimeBox | None)
             worker.join()
 
 
-def with_starts(plan: list[dict], index: int) -> list[dict]:
+def with_starts(plan: list[StudyRun], index: int) -> list[StudyRun]:
     """Run index of the plan and the runs it continues (a wsd branch's constant-rate segments), earliest first."""
-    by_dir = {run["dir"]: run for run in plan}
+    by_dir = {run.dir: run for run in plan}
     runs = [plan[index]]
-    while runs[0]["start_from"] is not None:
-        runs.insert(0, by_dir[runs[0]["start_from"]])
+    while runs[0].start_from is not None:
+        runs.insert(0, by_dir[runs[0].start_from])
     return runs
 
 
-def train_one(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> int:
+def train_one(plan: list[StudyRun], ablate: "AblateConfig", max_iters: int, show: bool) -> None:
     """--run_index=K: train and evaluate run K alone (a job array's task), after the runs it continues (trained
-    here unless finished; waited for while another task trains them); 0, or the signal that stopped it."""
+    here unless finished; waited for while another task trains them); Interrupted when a signal stopped it."""
     *starts, run = with_starts(plan, ablate.run_index)
-    with contextlib.ExitStack() as stack:
-        holder = claim(run, stack)
-        if holder is not None:
-            raise UserError(f"run {ablate.run_index} ({run['dir']}) is being trained by process {holder}; each "
-                            "--run_index may run once at a time")
-        bar = stack.enter_context(tqdm(total=max_iters, unit="step", dynamic_ncols=True, disable=not show))
-        for start in starts:
-            with contextlib.ExitStack() as start_stack:
-                claim(start, start_stack, wait=True)
-                record, stopped_by = finish_run(start, plan, ablate, bar, 0)
-            if record is None:
-                break
-        else:
-            record, stopped_by = finish_run(run, plan, ablate, bar, 0)
-    if record is None:
+    try:
+        with contextlib.ExitStack() as stack:
+            holder = claim(run, stack)
+            if holder is not None:
+                raise UserError(f"run {ablate.run_index} ({run.dir}) is being trained by process {holder}; each "
+                                "--run_index may run once at a time")
+            bar = stack.enter_context(tqdm(total=max_iters, unit="step", dynamic_ncols=True, disable=not show))
+            for start in starts:
+                with contextlib.ExitStack() as start_stack:
+                    claim(start, start_stack, wait=True)
+                    finish_run(start, plan, ablate, bar, 0)
+            finish_run(run, plan, ablate, bar, 0)
+    except Interrupted:
         print("interrupted: the run is unfinished and will start again on the next run of ablate.py")
-    return stopped_by
+        raise
 
 
-def finished_records(plan: list[dict], ablate: "AblateConfig") -> list[dict]:
+def finished_records(plan: list[StudyRun], ablate: "AblateConfig") -> list[dict]:
     """--report_only: every run's record and evaluation as they are on disk; a UserError naming the runs that
     are unfinished, unevaluated or in progress."""
     records, missing = [], []
     for i, run in enumerate(plan):
         with contextlib.ExitStack() as stack:
             record = None
-            if run["dir"].is_dir() and claim(run, stack) is None:
+            if run.dir.is_dir() and claim(run, stack) is None:
                 record = finished_record(run, overwrite=False)
-            if record is not None and run["role"] == STABLE:  # never evaluated
+            if record is not None and run.role == STABLE:  # never evaluated
                 records.append(record)
                 continue
             evaluation = None if record is None else cached_eval(run, eval_key(run, ablate, record))
@@ -630,13 +626,13 @@ def finished_records(plan: list[dict], ablate: "AblateConfig") -> list[dict]:
             else:
                 records.append({**record, "eval": evaluation})
     if missing:
-        shown = ", ".join(f"{i} ({plan[i]['dir']})" for i in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        shown = ", ".join(f"{i} ({plan[i].dir})" for i in missing[:3]) + (", ..." if len(missing) > 3 else "")
         raise UserError(f"{len(missing)} of {len(plan)} runs are unfinished, unevaluated or running: {shown}; "
                         "train them (--run_index=K for each, or without --report_only), then report")
     return records
 
 
-def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig,
+def study_records(plan: list[StudyRun], ablate: "AblateConfig", train_config: TrainConfig, model_config: GPTConfig,
                   cells: list[str]) -> tuple[list | None, int]:
     """Claim the study folder (the study of these cells), then the runs' records as the study's mode asks:
     (records, 0) to report; (None, 0) after --list_runs or --run_index, which report nothing; ([], the signal)
@@ -651,25 +647,29 @@ def study_records(plan: list[dict], ablate: "AblateConfig", train_config: TrainC
     claim_study(ablate, study_identity(ablate, train_config, model_config), cells)
     for run in [plan[ablate.run_index]] if ablate.run_index >= 0 else plan:
         finished_record(run, ablate.overwrite)  # a damaged or mismatched record stops the study before any training
-    max_iters, show = max(run["budget"] for run in plan), train_config.progress
+    max_iters, show = max(run.budget for run in plan), train_config.progress
     if ablate.report_only:
         return finished_records(plan, ablate), 0
-    if ablate.run_index >= 0:
-        stopped_by = train_one(plan, ablate, max_iters, show)
-        return ([], stopped_by) if stopped_by else (None, 0)
-    time_box = TimeBox(started + limit, run_estimates(plan, ablate, records_on_disk(plan, ablate))) if limit else None
-    if ablate.jobs > 1:
-        run_jobs(plan, ablate, time_box)
-    return train_and_evaluate(plan, ablate, max_iters, show, time_box)
+    try:
+        if ablate.run_index >= 0:
+            train_one(plan, ablate, max_iters, show)
+            return None, 0
+        time_box = TimeBox(started + limit, run_estimates(plan, ablate, records_on_disk(plan, ablate))) if limit \
+            else None
+        if ablate.jobs > 1:
+            run_jobs(plan, ablate, time_box)
+        return train_and_evaluate(plan, ablate, max_iters, show, time_box), 0
+    except Interrupted as stopped:  # ablate.py reports the signal with its exit status
+        return [], stopped.args[0]
 
 
-def records_on_disk(plan: list[dict], ablate: "AblateConfig") -> list[dict | None]:
+def records_on_disk(plan: list[StudyRun], ablate: "AblateConfig") -> list[dict | None]:
     """Each run's finished record, with "eval" where its evaluation under the study's settings is there; None for
     a run not finished. For estimates: nothing is locked, trained or written."""
     found = []
     for run in plan:
-        record = finished_record(run, ablate.overwrite) if run["dir"].is_dir() else None
-        evaluation = None if record is None or run["role"] == STABLE else cached_eval(run, eval_key(run, ablate,
+        record = finished_record(run, ablate.overwrite) if run.dir.is_dir() else None
+        evaluation = None if record is None or run.role == STABLE else cached_eval(run, eval_key(run, ablate,
                                                                                                   record))
         found.append(None if record is None else {**record, **({"eval": evaluation} if evaluation else {})})
     return found

@@ -195,11 +195,11 @@ def test_cells_from_variants_and_grid():
 def test_plan_applies_each_cell_and_goes_seed_by_seed(tmp_path):
     config = AblateConfig(study_dir=str(tmp_path), variants=["learned", "none batch_size=3"], seeds=2)
     plan = run_plan(config, TrainConfig(batch_size=5), GPTConfig(n_layer=1, n_head=1, n_embd=8))
-    assert [(r["variant"], r["seed"]) for r in plan] == [("learned", 1337), ("none batch_size=3", 1337),
+    assert [(r.variant, r.seed) for r in plan] == [("learned", 1337), ("none batch_size=3", 1337),
                                                           ("learned", 1338), ("none batch_size=3", 1338)]
-    assert [r["train_config"].batch_size for r in plan] == [5, 3, 5, 3]
-    assert [r["model_config"].pos_encoding for r in plan] == ["learned", "none"] * 2
-    assert plan[1]["dir"] == tmp_path / "none_batch_size=3" / "seed1337"
+    assert [r.train_config.batch_size for r in plan] == [5, 3, 5, 3]
+    assert [r.model_config.pos_encoding for r in plan] == ["learned", "none"] * 2
+    assert plan[1].dir == tmp_path / "none_batch_size=3" / "seed1337"
 
 
 def test_changed_or_unrecorded_settings_are_reported():
@@ -260,7 +260,7 @@ def test_every_cell_trains(study):
 
 
 def test_shared_weights_start_identical(study):
-    run = {(r["variant"], r["seed"]): r for r in run_plan(*study.configs)}
+    run = {(r.variant, r.seed): r for r in run_plan(*study.configs)}
     for seed in (1337, 1338):
         models = {v: initial_model(run[v, seed]).state_dict() for v in POS_ENCODINGS}
         shared = set(models["none"])
@@ -274,8 +274,8 @@ def test_shared_weights_start_identical(study):
 
 def test_initial_model_is_what_train_starts_from(study, tmp_path):
     """The 'before' heatmap rebuilds the initial table; a zero-step train() saves the real one."""
-    run = next(r for r in run_plan(*study.configs) if r["variant"] == "learned")
-    train(replace(run["train_config"], out_dir=str(tmp_path), max_iters=0), replace(run["model_config"]))
+    run = next(r for r in run_plan(*study.configs) if r.variant == "learned")
+    train(replace(run.train_config, out_dir=str(tmp_path), max_iters=0), replace(run.model_config))
     saved = load_checkpoint(tmp_path / "ckpt.pt")["model"]
     rebuilt = initial_model(run).state_dict()
     assert saved.keys() == rebuilt.keys()

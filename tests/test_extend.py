@@ -315,22 +315,22 @@ def test_from_cell_finetunes_each_seed_of_its_base(tmp_path, char_data):
     configs = extension_study(tmp_path, char_data)
     plan = ablate.run_plan(*configs)
     base, extension = plan[0], plan[2]
-    assert extension["start_from"] == base["dir"] and extension["finetune"] and extension["budget"] == 2
+    assert extension.start_from == base.dir and extension.finetune and extension.budget == 2
     result = ablate.run_study(*configs)
-    saved = load_checkpoint(extension["dir"] / "ckpt.pt")
+    saved = load_checkpoint(extension.dir / "ckpt.pt")
     assert saved["iter_num"] == 0 and saved["model_args"]["trained_block_size"] == BLOCK
-    grown = read_checkpoint(base["dir"] / "ckpt.pt")[0]
+    grown = read_checkpoint(base.dir / "ckpt.pt")[0]
     extend_model(grown, 32, "interpolate")  # 0 steps: the base's weights, extended
     assert_same_state(saved["model"], grown.state_dict())
     rows = {r["variant"]: r for r in result["summary"]}
-    assert rows[extension["variant"]]["loss"]["nonoverlapping 32"] is not None  # 32 rows now
+    assert rows[extension.variant]["loss"]["nonoverlapping 32"] is not None  # 32 rows now
     assert rows["learned"]["loss"]["nonoverlapping 32"] is None and rows["learned"]["loss"]["sliding 32"]
-    evaluation = next(r["eval"] for r in result["runs"] if r["variant"] == plan[3]["variant"])
+    evaluation = next(r["eval"] for r in result["runs"] if r["variant"] == plan[3].variant)
     assert evaluation["key"]["lengths"] == [16, 32] and evaluation["key"]["window"] == BLOCK  # the base's
     family = result["comparisons"]["finetune against its base's sliding window"]
-    assert {(r["a"], r["b"], r["length"]) for r in family} == {(plan[2]["variant"], "learned", 32),
-                                                               (plan[3]["variant"], "rope", 32)}
-    recorded = [r for r in result["runs"] if r["variant"] == plan[3]["variant"]][0]
+    assert {(r["a"], r["b"], r["length"]) for r in family} == {(plan[2].variant, "learned", 32),
+                                                               (plan[3].variant, "rope", 32)}
+    recorded = [r for r in result["runs"] if r["variant"] == plan[3].variant][0]
     assert recorded["settings"]["run"]["finetunes"] == "rope/seed1337" and recorded["iter_num"] == 2
 
 
@@ -351,16 +351,16 @@ def test_the_study_config_plans_under_40k_steps(tmp_path):
         ["config/ablate_context_extension.py"], (ablate.AblateConfig, TrainConfig, GPTConfig), "ablate.py", "",
         skip=ablate.PER_RUN)
     plan = ablate.run_plan(dataclasses.replace(ablate_config, study_dir=str(tmp_path)), train_config, model_config)
-    steps = sum(run["train_config"].max_iters for run in plan)
+    steps = sum(run.train_config.max_iters for run in plan)
     header = Path("config/ablate_context_extension.py").read_text().split("\n\n")[0]
     assert f"{steps:,} steps" in header and steps <= 40_000
-    tokens = {run["train_config"].batch_size * run["model_config"].block_size for run in plan}
+    tokens = {run.train_config.batch_size * run.model_config.block_size for run in plan}
     assert tokens == {train_config.batch_size * model_config.block_size}  # every step trains on as many tokens
-    encodings = {run["model_config"].pos_encoding for run in plan}
+    encodings = {run.model_config.pos_encoding for run in plan}
     assert encodings == {"learned", "sinusoidal", "rope", "alibi"}
     for encoding in encodings:  # every applicable method at 2x and 4x, with 0 and with the short finetune
-        methods = {(run["train_config"].extend_positions, run["model_config"].block_size,
-                    run["train_config"].max_iters) for run in plan if run.get("finetune")
-                   and run["model_config"].pos_encoding == encoding and run["seed"] == ablate_config.first_seed}
+        methods = {(run.train_config.extend_positions, run.model_config.block_size,
+                    run.train_config.max_iters) for run in plan if run.finetune
+                   and run.model_config.pos_encoding == encoding and run.seed == ablate_config.first_seed}
         expected = {(m, n, f) for m in P.ENCODINGS[encoding].extensions for n in (128, 256) for f in (0, 200)}
         assert methods == expected, encoding

@@ -1,4 +1,4 @@
-"""Tests of the study method (ablate.py with study_plan.py, schedule.py, paired_stats.py): learning-rate schedules
+"""Tests of the study method (ablate.py with study/plan.py, schedule.py, paired_stats.py): learning-rate schedules
 against their formulas, TOST against scipy and hand-worked values, bits per byte against hand-counted text,
 budgets with wsd branches against a run trained from scratch, the learning-rate sweep blind to the test split,
 reuse that refuses another split or schedule, cell labels, and every bad cell or evaluation setting refused in
@@ -207,17 +207,17 @@ def test_wsd_branch_is_the_run_trained_from_scratch(tmp_path, data_dir):
     ablate_config, train_config, model_config = tiny(root, variants=["rope"], seeds=1, budgets=[8, 12])
     train_config = replace(train_config, lr_schedule="wsd", wsd_decay_fraction=0.5, wsd_decay_shape="linear")
     plan = ablate.run_plan(ablate_config, train_config, model_config)
-    assert [(r["role"], r["budget"], r["start_from"] and r["start_from"].name) for r in plan] == [
+    assert [(r.role, r.budget, r.start_from and r.start_from.name) for r in plan] == [
         ("stable", 4, None), ("run", 8, "stable4"), ("stable", 6, "stable4"), ("run", 12, "stable6")]
     result = run_study(ablate_config, train_config, model_config)
     branch = plan[-1]
-    alone = train(replace(branch["train_config"], out_dir=str(tmp_path / "alone"), init_from="scratch"),
-                  replace(branch["model_config"]))
+    alone = train(replace(branch.train_config, out_dir=str(tmp_path / "alone"), init_from="scratch"),
+                  replace(branch.model_config))
     assert alone["iter_num"] == 12
-    branched = load_checkpoint(branch["dir"] / "ckpt.pt")["model"]
+    branched = load_checkpoint(branch.dir / "ckpt.pt")["model"]
     for name, weight in load_checkpoint(tmp_path / "alone" / "ckpt.pt")["model"].items():
         torch.testing.assert_close(branched[name], weight, rtol=1e-5, atol=1e-6)
-    logged = [json.loads(line) for line in (branch["dir"] / "metrics.jsonl").read_text().splitlines()]
+    logged = [json.loads(line) for line in (branch.dir / "metrics.jsonl").read_text().splitlines()]
     rates = {r["iter"]: r["lr"] for r in logged if "lr" in r}
     assert sorted(rates) == list(range(7, 13))  # the branch trains steps 6..11 (logged after each)
     for it, lr in rates.items():
@@ -235,9 +235,9 @@ def test_wsd_branch_is_the_run_trained_from_scratch(tmp_path, data_dir):
 def test_cosine_budgets_are_separate_whole_schedules(tmp_path, data_dir):
     ablate_config, train_config, model_config = tiny(tmp_path, seeds=1, budgets=[4, 8])
     plan = ablate.run_plan(ablate_config, train_config, model_config)
-    assert [(r["variant"], r["budget"], r["train_config"].lr_decay_iters, r["start_from"]) for r in plan] == [
+    assert [(r.variant, r.budget, r.train_config.lr_decay_iters, r.start_from) for r in plan] == [
         ("learned", 4, 4, None), ("learned", 8, 8, None), ("rope", 4, 4, None), ("rope", 8, 8, None)]
-    assert plan[1]["dir"] == tmp_path / "study" / "learned" / "seed1337" / "8steps"
+    assert plan[1].dir == tmp_path / "study" / "learned" / "seed1337" / "8steps"
 
 
 def sweep_picks(root, monkeypatch) -> tuple[dict, list[str]]:
@@ -275,7 +275,7 @@ real_entry = study_plan.entry
 
 def test_a_sweep_that_peeks_at_test_is_caught(tmp_path, data_dir, monkeypatch):
     """The guard the previous test relies on: a sweep scored on test fails."""
-    monkeypatch.setattr(study_plan, "entry", lambda *args, **kwargs: {**real_entry(*args, **kwargs), "split": "test"})
+    monkeypatch.setattr(study_plan, "entry", lambda *args, **kwargs: replace(real_entry(*args, **kwargs), split="test"))
     with pytest.raises(AssertionError, match="test split"):
         sweep_picks(study_root(tmp_path, data_dir), monkeypatch)
 

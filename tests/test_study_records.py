@@ -149,10 +149,10 @@ def test_pruning_keeps_a_checkpoint_until_every_branch_exists(reference, tmp_pat
     def prune(plan, finished):
         real(plan, finished)
         for run in plan:  # after every prune: a run not finished whose start finished still has that checkpoint
-            if (run["start_from"] is not None and not (run["dir"] / "done.json").is_file()
-                    and (run["start_from"] / "done.json").is_file()):
-                assert (run["start_from"] / "ckpt.pt").is_file(), run["dir"]
-        seen.append(finished["dir"])
+            if (run.start_from is not None and not (run.dir / "done.json").is_file()
+                    and (run.start_from / "done.json").is_file()):
+                assert (run.start_from / "ckpt.pt").is_file(), run.dir
+        seen.append(finished.dir)
 
     monkeypatch.setattr(study_runs, "prune_checkpoints", prune)
     result = run_study(*configs(study_dir, reference / "data", keep_checkpoints=False))

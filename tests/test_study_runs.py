@@ -1,4 +1,4 @@
-"""Tests of study_runs.py: more than one process on one study folder (two commands, --jobs, --run_index then
+"""Tests of study/runs.py: more than one process on one study folder (two commands, --jobs, --run_index then
 --report_only) gives the numbers of one process with every run trained once; the evaluation cache is keyed by
 the checkpoint; study.json refuses another study; the study folder's faults are one line with the files kept.
 
@@ -17,6 +17,7 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_ablate import corpus
@@ -233,15 +234,15 @@ def test_a_held_run_is_never_deleted_nor_trained_twice(reference, tmp_path, caps
 def test_the_eval_cache_refuses_an_evaluation_of_another_checkpoint(reference, tmp_path):
     shutil.copytree(reference / "study", tmp_path / "study")
     ablate_config, train_config, model_config = configs(tmp_path / "study", reference / "data")
-    plan = {f"{r['dir'].parent.name}/{r['dir'].name}": r for r in run_plan(ablate_config, train_config, model_config)}
+    plan = {f"{r.dir.parent.name}/{r.dir.name}": r for r in run_plan(ablate_config, train_config, model_config)}
     learned, other = plan[RUNS[0]], plan[RUNS[2]]  # learned, seeds 1337 and 1338
-    shutil.copy(other["dir"] / "ckpt.pt", learned["dir"] / "ckpt.pt")  # eval.json is still seed 1337's
-    record = json.loads((learned["dir"] / "done.json").read_text())
+    shutil.copy(other.dir / "ckpt.pt", learned.dir / "ckpt.pt")  # eval.json is still seed 1337's
+    record = json.loads((learned.dir / "done.json").read_text())
     evaluated = study_runs.evaluate_run(learned, ablate_config, record)
     own = json.loads((reference / "study" / RUNS[0] / "eval.json").read_text())
     of_other = json.loads((reference / "study" / RUNS[2] / "eval.json").read_text())
     assert evaluated["protocols"] == of_other["protocols"] != own["protocols"]  # computed again, for this file
-    assert evaluated["key"]["checkpoint_identity"] == study_runs.checkpoint_identity(other["dir"] / "ckpt.pt")
+    assert evaluated["key"]["checkpoint_identity"] == study_runs.checkpoint_identity(other.dir / "ckpt.pt")
     # The run's own record names its checkpoint too: reusing the run is refused, nothing rewritten.
     with pytest.raises(study_runs.UserError, match=r"ckpt.pt is not the checkpoint .*done.json"):
         study_runs.finished_record(learned, overwrite=False)
@@ -390,9 +391,9 @@ def test_a_trained_runs_line_reaches_stdout_in_one_write(tmp_path, monkeypatch):
 
     record = {"iter_num": 7, "final_val_estimate": 1.5}
     monkeypatch.setattr(study_runs, "finished_record", lambda run, overwrite: None)
-    monkeypatch.setattr(study_runs, "train_run", lambda run, bar, start: (dict(record), 0))
+    monkeypatch.setattr(study_runs, "train_run", lambda run, plan, bar, start: dict(record))
     monkeypatch.setattr(sys, "stdout", Recorder())
-    run = {"dir": tmp_path / "learned" / "seed1337", "role": study_runs.STABLE}
-    study_runs.finish_run(run, AblateConfig(), study_runs.tqdm(disable=True), 0)
+    run = SimpleNamespace(dir=tmp_path / "learned" / "seed1337", role=study_runs.STABLE)
+    study_runs.finish_run(run, [run], AblateConfig(), study_runs.tqdm(disable=True), 0)
     lines = [w for w in writes if w]
-    assert lines == [f"trained {run['dir']}: 7 steps, final val estimate 1.5000\n"]
+    assert lines == [f"trained {run.dir}: 7 steps, final val estimate 1.5000\n"]
