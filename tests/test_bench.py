@@ -1,15 +1,18 @@
 """bench.py's report: each figure as the median (min-max) over separate processes, a single one marked as such."""
 
 import pytest
+import torch
 
 import bench
+from benchmarks import decode_speed
+from benchmarks.common import WHAT, figure
 from errors import UserError
 
 
 def test_spread_over_processes_is_median_min_max():
-    processes = [[bench.figure("t", "plain", "tokens/s", rate, "tokens/s"),
-                  bench.figure("t", "plain", "vs plain", 1.0, "x")] for rate in (1200.0, 1000.0, 1500.0)]
-    processes[1].append(bench.figure("t", "compiled", "tokens/s", 2000.0, "tokens/s"))  # one process only
+    processes = [[figure("t", "plain", "tokens/s", rate, "tokens/s"),
+                  figure("t", "plain", "vs plain", 1.0, "x")] for rate in (1200.0, 1000.0, 1500.0)]
+    processes[1].append(figure("t", "compiled", "tokens/s", 2000.0, "tokens/s"))  # one process only
     table = bench.spread_tables(processes).splitlines()
     assert table[0] == "| t | tokens/s | vs plain |"
     assert table[2] == "| plain | 1,200 (1,000–1,500) | 1.00x (1.00x–1.00x) |"
@@ -85,7 +88,7 @@ def test_the_decode_step_is_timed_in_alternation_with_floor_passes_and_the_same_
     slow = lambda n, base: base * (3 if n > 40 else 1) * (10 if n % 20 == 0 else 1)  # noqa: E731
     floor = clock.work("floor", lambda n: slow(n, 1.0))
     step = clock.work("step", lambda n: slow(n, 1.25))
-    step_rate, floor_rate = bench.decode_step_rate(tiny_model(), step, clock, floor, repeats=30)
+    step_rate, floor_rate = decode_speed.decode_step_rate(tiny_model(), step, clock, floor, repeats=30)
     assert clock.calls[:5] == ["step", "floor", "step", "floor", "step"]  # the warm-up step first, then pairs
     assert clock.calls.count("floor") == 30 and clock.calls.count("step") == 31
     assert floor_rate / step_rate == pytest.approx(1.25)
@@ -94,13 +97,13 @@ def test_the_decode_step_is_timed_in_alternation_with_floor_passes_and_the_same_
 def test_a_generation_is_compared_with_floor_passes_just_before_and_after_it():
     clock = FakeClock()
     floor = clock.work("floor", lambda n: 2.0 if n <= 10 else 4.0)  # the floor slows while the run runs
-    took, floor_seconds = bench.floor_around(floor, clock.work("run", 100.0), clock, bench.torch.device("cpu"))
+    took, floor_seconds = decode_speed.floor_around(floor, clock.work("run", 100.0), clock, torch.device("cpu"))
     assert clock.calls == ["floor"] * 10 + ["run"] + ["floor"] * 10
     assert took == 100.0 and floor_seconds == 3.0  # the median of 10 passes of 2 s and 10 of 4 s
 
 
 def test_step_variants_each_undo_one_choice_of_the_shipped_step():
-    variants = bench.step_variants()
+    variants = decode_speed.step_variants()
     shipped = variants["as shipped"]
     assert shipped["cpp_wrapper"] is True and "guard_filter_fn" in shipped
     assert variants["every guard checked"] == {k: v for k, v in shipped.items() if k != "guard_filter_fn"}
@@ -117,3 +120,7 @@ def test_step_variants_table(capsys):
         "| as shipped", "| every guard checked", "| Python wrapper (no cpp_wrapper)"]
     assert table[2].endswith("| 1.00x (once) |")
     assert "100 calls of each variant" in "\n".join(lines)
+
+
+def test_every_benchmark_is_a_choice_of_what():
+    assert tuple(bench.BENCHMARKS) == WHAT

@@ -362,7 +362,7 @@ def comments_by_tokenize(section: type) -> dict[str, str]:
 
 
 DOCUMENTED = [("train", "TrainConfig"), ("gpt.model", "GPTConfig"), ("sample", "SampleConfig"),
-              ("text.dataset", "PrepareConfig"), ("ablate", "AblateConfig"), ("bench", "BenchConfig"),
+              ("text.dataset", "PrepareConfig"), ("study.config", "AblateConfig"), ("benchmarks.common", "BenchConfig"),
               ("test_options", "Demo")]
 
 
