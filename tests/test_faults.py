@@ -792,3 +792,25 @@ def test_a_top_p_below_float32s_least_keeps_the_most_likely_token(run_copy, caps
         return out
 
     assert run("--top_p=1e-300") == run("--temperature=0")
+
+
+# ---- issue 28: tracebacks that were left ------------------------------------------------------------------------
+
+
+COMMANDS = ["train.py", "sample.py", "ablate.py", "bench.py", "memory.py", "data/shakespeare_char/prepare.py",
+            "data/shakespeare/prepare.py", "data/python_docs_char/prepare.py", "data/corpus/prepare.py"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_into_a_closed_pipe_ends_quietly(script_env, command):
+    """`python train.py --help | head -1`: the reader is gone before the help is written (here, before the
+    command starts). No traceback, no message: the exit status of a command that SIGPIPE ended."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, str(REPO / command), "--help"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, env=script_env, timeout=120)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 128 + signal.SIGPIPE, result.stderr
+    assert result.stderr == ""
