@@ -49,9 +49,17 @@ def all_finite(tensors) -> bool:
 
 
 def save_checkpoint(state: dict, path: str | os.PathLike) -> None:
-    """Write to a temporary file beside path, then rename: a crash mid-write leaves the old file intact."""
+    """Write to a temporary file beside path, then rename: a crash mid-write leaves the old file intact, and a
+    full disk is atomic_files' one line saying so."""
     with atomic_files(path) as (temp,), temp.open("wb") as file:
-        torch.save(state, file)
+        try:
+            torch.save(state, file)
+        except RuntimeError as e:
+            # torch's zip writer, closed after a write failed (ENOSPC) or was interrupted, raises a RuntimeError
+            # of its own ("unexpected pos") over the real cause: that cause is what the user can act on.
+            if isinstance(e.__context__, (OSError, KeyboardInterrupt)):
+                raise e.__context__ from None
+            raise
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:

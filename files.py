@@ -60,7 +60,8 @@ def atomic_files(*paths: str | os.PathLike) -> Iterator[list[Path]]:
             os.replace(temp, path)
     except OSError as e:  # a full disk, a file size limit, a folder that cannot be written
         names = ", ".join(str(path) for path in paths)
-        raise UserError(f"could not write {names}: {e.strerror or e}; the previous content is kept") from None
+        kept = "the previous content is kept" if any(path.exists() for path in paths) else "nothing was written"
+        raise UserError(f"could not write {names}: {e.strerror or e}; {kept}") from None
     finally:
         for temp in temps:
             temp.unlink(missing_ok=True)

@@ -5,7 +5,9 @@ Most cases run the scripts' main() in this process (through errors.main_guard, a
 kill -9 and a full disk need a real process and are few.
 """
 
+import errno
 import hashlib
+import io
 import json
 import math
 import os
@@ -814,3 +816,85 @@ def test_help_into_a_closed_pipe_ends_quietly(script_env, command):
         os.close(write_end)
     assert result.returncode == 128 + signal.SIGPIPE, result.stderr
     assert result.stderr == ""
+
+
+class FullDisk(io.RawIOBase):
+    """A file whose disk fills after `room` bytes: write raises OSError(ENOSPC), as a full file system does."""
+
+    def __init__(self, file, room: int):
+        self.file, self.room = file, room
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.room -= len(data)
+        if self.room < 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.file.write(data)
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
+def test_a_full_disk_during_a_checkpoint_save_is_one_line_and_keeps_the_old_one(run_copy, capsys, monkeypatch):
+    """Was OSError, then torch's RuntimeError "unexpected pos" as a traceback."""
+    run = run_copy / "run"
+    before = digests(run)
+    real_open = Path.open
+
+    def open_on_a_full_disk(self, mode="r", *args, **kwargs):
+        file = real_open(self, mode, *args, **kwargs)
+        return FullDisk(file, 1000) if self.parent == run and self.name.endswith(".tmp") else file
+
+    monkeypatch.setattr(Path, "open", open_on_a_full_disk)
+    result = cli(train_module.main, flags(run, run_copy / "data", init_from="resume", max_iters=8), capsys)
+    assert_one_line_error(*result, "could not write", "ckpt.pt", "No space left on device",
+                          "the previous content is kept")
+    after = digests(run)
+    assert {k: v for k, v in after.items() if k != "metrics.jsonl"} == \
+        {k: v for k, v in before.items() if k != "metrics.jsonl"}  # no temporary file left either
+
+
+# Runs train.py (argv[1:]) so that its first checkpoint save is hit by two SIGTERMs 30 ms apart, as a scheduler
+# that repeats its signal does; the second lands inside torch.save.
+TWO_SIGNALS = '''
+import os, runpy, signal, sys, time
+import torch
+
+real_save = torch.save
+
+
+def save_hit_twice(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.03)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # the second signal ends the process here
+    return real_save(*args, **kwargs)
+
+
+torch.save = save_hit_twice
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_during_a_save_aborts_at_once_with_143(run_copy, script_env, tmp_path):
+    """Was exit 1 with KeyboardInterrupt then RuntimeError inside torch.save, or exit 130 for a SIGTERM."""
+    run = run_copy / "run"
+    before = digests(run)
+    (tmp_path / "two_signals.py").write_text(TWO_SIGNALS)
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(tmp_path / "two_signals.py"), str(REPO / "train.py"),
+                             *flags(run, run_copy / "data", init_from="resume", max_iters=8, eval_interval=1)],
+                            capture_output=True, text=True, env=script_env, timeout=120)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert time.monotonic() - started < 25  # not the 30 s the save sleeps
+    assert result.stderr.strip().splitlines() == ["aborted by a second SIGTERM: the checkpoints are the last ones "
+                                                  "saved whole"]
+    after = digests(run)
+    assert {k: v for k, v in after.items() if k != "metrics.jsonl" and not k.endswith(".tmp")} == \
+        {k: v for k, v in before.items() if k != "metrics.jsonl"}
+    assert load_checkpoint(run / "ckpt.pt")["iter_num"] == 4
