@@ -165,6 +165,19 @@ def from_description(description: dict) -> Tokenizer:
     raise UserError(f"unknown tokenizer kind {kind!r} (expected 'char', 'gpt2' or 'bpe')")
 
 
+def pattern_error(pattern: str) -> str | None:
+    """Why tiktoken's regex engine refuses pattern, or None: tried on the 256 bytes alone (a millisecond), so
+    that a damaged pattern is found where the description is read, not where a run has begun."""
+    import tiktoken
+
+    try:
+        tiktoken.Encoding("check", pat_str=pattern, mergeable_ranks={bytes([i]): i for i in range(256)},
+                          special_tokens={})
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def check_bpe_description(description: dict, source: str) -> None:
     tokens, vocab_size = description.get("tokens"), description.get("vocab_size")
     problem = None
@@ -172,6 +185,8 @@ def check_bpe_description(description: dict, source: str) -> None:
         problem = "'tokens' (hex strings) and vocab_size one more than their number (<|endoftext|>)"
     elif not isinstance(description.get("pattern"), str):
         problem = "a pre-tokenization 'pattern'"
+    elif error := pattern_error(description["pattern"]):
+        problem = f"a 'pattern' that is a regular expression ({error})"
     elif description.get("special_tokens") != {END_OF_TEXT: len(tokens)}:
         problem = f"special_tokens {{{END_OF_TEXT!r}: {len(tokens)}}}, the last id"
     else:

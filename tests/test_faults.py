@@ -898,3 +898,16 @@ def test_a_second_sigterm_during_a_save_aborts_at_once_with_143(run_copy, script
     assert {k: v for k, v in after.items() if k != "metrics.jsonl" and not k.endswith(".tmp")} == \
         {k: v for k, v in before.items() if k != "metrics.jsonl"}
     assert load_checkpoint(run / "ckpt.pt")["iter_num"] == 4
+
+
+def test_a_tokenizer_json_whose_pattern_is_not_a_regex_is_one_line_before_the_lock(tmp_path, corpus_text, capsys):
+    """Was tiktoken's ValueError as a traceback, after out_dir and its train.lock were made."""
+    from bpe_train import TokenizerConfig
+
+    prepare(corpus_text[:3000], tmp_path / "data", TokenizerConfig(tokenizer="bpe", vocab_size=300))
+    description = json.loads((tmp_path / "data" / "tokenizer.json").read_text())
+    (tmp_path / "data" / "tokenizer.json").write_text(json.dumps({**description, "pattern": "(?:'s|\\\\p{L}+"}))
+    before = digests(tmp_path / "data")
+    result = cli(train_module.main, flags(tmp_path / "new", tmp_path / "data"), capsys)
+    assert_one_line_error(*result, "tokenizer.json", "'pattern' that is a regular expression", "prepare.py")
+    assert digests(tmp_path / "data") == before and not (tmp_path / "new").exists()
