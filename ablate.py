@@ -46,7 +46,7 @@ import torch
 import ablate_plots
 import study_plan
 from checkpoint import load_checkpoint
-from dataset import load_split, resolve_data_dir
+from dataset import check_recorded_tokens, load_split, resolve_data_dir
 from errors import OptionError, UserError, main_guard
 from model import GPT, GPTConfig
 from options import convert_value, parse_options
@@ -291,9 +291,12 @@ def check_before_training(ablate: AblateConfig, plan: list[dict], cells: list[st
     if stride > window:
         raise OptionError(f"sliding_stride={stride} is longer than the sliding window ({window} tokens): tokens "
                           "between pieces would go unscored; give a stride of at most the window")
+    scored = tuple(dict.fromkeys(("val", ablate.eval_split)))
     for dataset in dict.fromkeys(run["train_config"].dataset for run in plan):
-        for split in dict.fromkeys(("val", ablate.eval_split)):  # an old dataset without test.bin: one line
-            load_split(resolve_data_dir(dataset), split, block_size)
+        data_dir = resolve_data_dir(dataset)
+        check_recorded_tokens(data_dir, read_description(data_dir), ("train", *scored))
+        for split in scored:  # an old dataset without test.bin: one line
+            load_split(data_dir, split, block_size)
 
 
 def headline_budget(ablate: AblateConfig, train_config: TrainConfig) -> int:

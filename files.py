@@ -6,6 +6,7 @@ behind; remove_stale_temps clears those at the next start.
 """
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -24,6 +25,15 @@ LOCK_FILE = "train.lock"
 def temp_pattern(path: Path) -> str:
     """The glob that matches the temporary files atomic_files makes for path."""
     return f"{path.name}*.tmp"
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a MiB at a time (a dataset's .bin may not fit in memory)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fsync(path: Path) -> None:

@@ -9,7 +9,6 @@ crashed or was stopped) is trained again from scratch by the next process that c
 """
 
 import contextlib
-import hashlib
 import json
 import multiprocessing
 import os
@@ -30,7 +29,7 @@ from checkpoint import read_checkpoint
 from dataset import load_split, resolve_data_dir, split_identity
 from devices import choose_device, choose_dtype
 from errors import OptionError, UserError
-from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
+from files import atomic_files, file_sha256, hold_lock, remove_stale_temps, write_atomic
 from model import GPTConfig
 from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_counts
 from study_plan import STABLE, tokens_per_iter
@@ -83,11 +82,7 @@ def read_json(path: Path) -> tuple[dict | None, str]:
 
 def file_identity(path: Path) -> dict:
     """What identifies a checkpoint: its bytes' sha256 and its size."""
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return {"sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+    return {"sha256": file_sha256(path), "bytes": path.stat().st_size}
 
 
 # ---------------------------------------------------------------------------------------------------- the study

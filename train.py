@@ -38,7 +38,7 @@ from checkpoint import (
     restore,
     save_checkpoint,
 )
-from dataset import get_batch, load_split, resolve_data_dir, sample_offsets
+from dataset import check_recorded_tokens, get_batch, load_split, resolve_data_dir, sample_offsets
 from devices import DTYPES, autocast_context, choose_device, choose_dtype, choose_training_dtype, model_matmul_shapes
 from errors import UserError, main_guard
 from memory import parameter_counts, saved_activation_bytes, training_state_bytes
@@ -539,6 +539,7 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
     with contextlib.ExitStack() as stack:
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
+        check_recorded_tokens(data_dir, data_description, ("train", "val"))
         if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
             check_resumable(Path(config.out_dir) / "ckpt.pt")
         claim_out_dir(config.out_dir, stack, resume=config.init_from == "resume", overwrite=config.overwrite,

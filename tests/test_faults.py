@@ -911,3 +911,74 @@ def test_a_tokenizer_json_whose_pattern_is_not_a_regex_is_one_line_before_the_lo
     result = cli(train_module.main, flags(tmp_path / "new", tmp_path / "data"), capsys)
     assert_one_line_error(*result, "tokenizer.json", "'pattern' that is a regular expression", "prepare.py")
     assert digests(tmp_path / "data") == before and not (tmp_path / "new").exists()
+
+
+# ---- issue 28: datasets read silently with the wrong ids, and fixes that named no existing command ------------
+
+
+def test_our_dataset_without_its_tokenizer_json_is_not_read_as_nanogpts(run_copy, capsys):
+    """Was read as a nanoGPT GPT-2 folder: a 50,257-token model on 65-character data, without a word."""
+    (run_copy / "data" / "tokenizer.json").unlink()
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "new", run_copy / "data"), capsys)
+    assert_one_line_error(*result, str(run_copy / "data"), "test.bin", "not the tokenizer.json",
+                          f"--out_dir={run_copy / 'data'} --overwrite=True")
+    assert digests(run_copy) == before and not (run_copy / "new").exists()
+
+
+def test_a_tokenizer_json_copied_from_another_dataset_is_refused(run_copy, corpus_text, capsys):
+    """The same token counts and vocabulary, other tokens: only the SHA-256 its split records tells them apart."""
+    prepare(corpus_text[:5000][::-1], run_copy / "other", "char")
+    shutil.copy(run_copy / "other" / "tokenizer.json", run_copy / "data" / "tokenizer.json")
+    before = digests(run_copy)
+    for argv in (flags(run_copy / "new", run_copy / "data"),
+                 flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8)):
+        result = cli(train_module.main, argv, capsys)
+        assert_one_line_error(*result, "train.bin is not the file", "SHA-256", "copied from another dataset",
+                              "--overwrite=True")
+    assert digests(run_copy) == before and not (run_copy / "new").exists()
+
+
+def damage_dataset(data: Path, how: str) -> str:
+    """Damage the dataset folder data; returns what --dataset to give."""
+    if how == "tokenizer.json":
+        (data / "tokenizer.json").write_text('{"kind": "char", "chars": "ab')
+    elif how == "val.bin":
+        (data / "val.bin").unlink()
+    elif how == "ids":
+        tokens = np.fromfile(data / "train.bin", dtype=np.uint16)
+        tokens[:] = 999  # outside the vocabulary; the size, and the SHA-256 check skipped for an old dataset
+        tokens.tofile(data / "train.bin")
+        description = json.loads((data / "tokenizer.json").read_text())
+        del description["split"]
+        (data / "tokenizer.json").write_text(json.dumps(description))
+    return str(data)
+
+
+@pytest.mark.parametrize("how", ["tokenizer.json", "val.bin", "ids"])
+def test_a_damaged_dataset_given_by_path_is_told_its_preparer_and_out_dir(run_copy, capsys, how):
+    """Was told to run python data/data/prepare.py, which does not exist."""
+    dataset = damage_dataset(run_copy / "data", how)
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "new", dataset), capsys)
+    assert_one_line_error(*result, f"--out_dir={run_copy / 'data'} --overwrite=True",
+                          "data/shakespeare_char/prepare.py")
+    assert "data/data/prepare.py" not in result[2]
+    assert digests(run_copy) == before and not (run_copy / "new" / "ckpt.pt").exists()
+
+
+@pytest.mark.parametrize("dataset, fragments", [
+    ("shakespeare_bpe1024", ["data/shakespeare_bpe1024/prepare.py does not exist", "run python data/shakespeare_char/"
+                             "prepare.py --tokenizer=bpe --vocab_size=1024 --out_dir=data/shakespeare_bpe1024"]),
+    ("python_docs_gpt2", ["run python data/python_docs_char/prepare.py --tokenizer=gpt2 "
+                          "--out_dir=data/python_docs_gpt2"]),
+    ("my_own_text", ["data/my_own_text/prepare.py does not exist", "--out_dir=data/my_own_text"]),
+    ("", ["dataset is empty", "--dataset=shakespeare_char"]),
+    (str(REPO / "README.md"), ["README.md' is a file, not a dataset folder"]),
+])
+def test_a_dataset_name_that_no_preparer_has_names_the_command_that_makes_it(tmp_path, capsys, dataset, fragments):
+    """Names made with --out_dir (README's shakespeare_bpe1024) have no data/<name>/prepare.py of their own."""
+    assert not (REPO / "data" / dataset / "tokenizer.json").exists()
+    result = cli(train_module.main, flags(tmp_path / "new", dataset), capsys)
+    assert_one_line_error(*result, *fragments)
+    assert "data//prepare.py" not in result[2] and not (tmp_path / "new").exists()

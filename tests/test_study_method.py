@@ -370,6 +370,30 @@ def test_old_dataset_without_test_split_is_one_line(tmp_path, data_dir, capsys):
     assert "no test split" in output and "--overwrite=True" in output
 
 
+def test_a_dataset_without_a_test_split_names_eval_split_val(tmp_path, capsys):
+    """Prepared with --test_fraction=0: was told to use a smaller block_size or a longer corpus (issue 28)."""
+    prepare(corpus(), tmp_path / "data", "char", PrepareConfig(test_fraction=0.0))
+    code, output = ablate_cli([f"--study_dir={tmp_path / 'study'}", f"--dataset={tmp_path / 'data'}",
+                               "--variants=none", "--device=cpu", f"--block_size={BLOCK}"], capsys)
+    assert code == 2 and "Traceback" not in output and len(output.strip().splitlines()) == 1, output
+    assert "test.bin holds 0 tokens" in output and "--eval_split=val" in output and "--test_fraction=" in output
+    assert "smaller block_size" not in output and not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("config", ["ablate_positions_bpe.py", "ablate_tokenizers.py",
+                                    "ablate_tokenizers_python_docs.py"])
+def test_a_study_config_before_its_data_is_prepared_names_preparers_that_exist(tmp_path, capsys, config):
+    """Was told to run data/shakespeare_bpe1024/prepare.py, which does not exist (issue 28)."""
+    repo = Path(ablate.__file__).resolve().parent
+    if any((repo / "data" / name / "tokenizer.json").exists() for name in ("shakespeare_char", "python_docs_char",
+                                                                           "shakespeare_bpe1024")):
+        pytest.skip("the study's data is prepared in this checkout: it would train")
+    code, output = ablate_cli([str(repo / "config" / config), f"--study_dir={tmp_path / 'study'}"], capsys)
+    assert code == 2 and "Traceback" not in output and len(output.strip().splitlines()) == 1, output
+    named = re.findall(r"run python (data/\S+/prepare\.py)", output)  # not the "does not exist" it names
+    assert named and all((repo / script).is_file() for script in named), output
+    assert not (tmp_path / "study").exists()
+
 def test_sliding_window_as_long_as_the_eval_length_compares_no_model_with_itself():
     records = []
     for cell in ("a", "b"):
