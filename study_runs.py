@@ -31,6 +31,7 @@ from devices import choose_device, choose_dtype
 from errors import OptionError, UserError
 from files import atomic_files, file_sha256, hold_lock, remove_stale_temps, write_atomic
 from model import GPTConfig
+from run_dir import DONE_FILE
 from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_counts
 from study_plan import STABLE, tokens_per_iter
 from study_report import CHECKPOINT
@@ -46,7 +47,7 @@ OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list
                "eval_batch_size", "reference")
 STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite
 RESULT_FILES = ("results.md", "results.csv", "results.json")
-RUN_RECORDS = ("done.json", "eval.json")
+RUN_RECORDS = (DONE_FILE, "eval.json")
 
 
 def settings(run: dict) -> dict:
@@ -178,7 +179,7 @@ def claim(run: dict, stack: contextlib.ExitStack, wait: bool = False) -> str | N
 def finished_record(run: dict, overwrite: bool) -> dict | None:
     """The run's done.json when it holds this run, finished; None when the run is to be trained (none there, or
     --overwrite=True over other settings). A damaged record or checkpoint is refused: retraining would delete it."""
-    done_file, checkpoint = run["dir"] / "done.json", run["dir"] / CHECKPOINT
+    done_file, checkpoint = run["dir"] / DONE_FILE, run["dir"] / CHECKPOINT
     record, damage = read_json(done_file)
     if damage:
         raise UserError(f"{done_file} is damaged ({damage}): the run's record is lost; delete {run['dir']} to "
@@ -229,7 +230,7 @@ def train_run(run: dict, bar: tqdm, start: int) -> tuple[dict | None, int]:
               "tokens_per_sec": result["tokens_per_sec"], "train_seconds": result["train_seconds"],
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run),
               "checkpoint": file_identity(run["dir"] / CHECKPOINT)}
-    write_atomic(run["dir"] / "done.json", json.dumps(record, indent=1))
+    write_atomic(run["dir"] / DONE_FILE, json.dumps(record, indent=1))
     return record, 0
 
 
@@ -352,7 +353,7 @@ def take_free_runs(plan: list[dict], ablate: "AblateConfig", records: dict[int, 
 def unfinished_start(run: dict) -> bool:
     """A branch whose constant-rate run is not finished (another process holds it): it waits for the second pass,
     which meets that run first (the plan puts it earlier) and waits for it."""
-    return run["start_from"] is not None and not (run["start_from"] / "done.json").is_file()
+    return run["start_from"] is not None and not (run["start_from"] / DONE_FILE).is_file()
 
 
 def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool) -> tuple[list[dict], int]:

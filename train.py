@@ -32,9 +32,11 @@ from checkpoint import (
     check_resumable,
     checkpoint_dict,
     checkpoint_model,
+    continued_differences,
     load_for_resume,
     load_pretrained,
     random_state,
+    refuse_other_shape,
     restore,
     save_checkpoint,
 )
@@ -228,7 +230,7 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         check_model_fits(model_config, choose_device(config.device), shards)
         return GPT(model_config), None
     if init_checkpoint(config.init_from) is not None:
-        return checkpoint_model(init_checkpoint(config.init_from), model_config, data_description)
+        return checkpoint_model(init_checkpoint(config.init_from), model_config, data_description, explicit)
     if model_config.pos_encoding != "learned":
         raise UserError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
                         f"pos_encoding={model_config.pos_encoding!r}; set pos_encoding=learned or init_from=scratch")
@@ -236,6 +238,8 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         raise UserError(f"init_from={config.init_from!r} needs GPT-2 BPE data, but dataset={config.dataset!r} is "
                         f"tokenized as {data_description['kind']!r}")
     model = load_pretrained(config.init_from, dropout=model_config.dropout)
+    refuse_other_shape(continued_differences(model_config, model.config, explicit),
+                       f"a model continued from init_from={config.init_from!r}", "drop it to train GPT-2's shape")
     if model_config.block_size < model.config.block_size:
         model.crop_block_size(model_config.block_size)
     return model, None

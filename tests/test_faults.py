@@ -982,3 +982,65 @@ def test_a_dataset_name_that_no_preparer_has_names_the_command_that_makes_it(tmp
     result = cli(train_module.main, flags(tmp_path / "new", dataset), capsys)
     assert_one_line_error(*result, *fragments)
     assert "data//prepare.py" not in result[2] and not (tmp_path / "new").exists()
+
+
+# ---- issue 28: continuing a run: its shape, a finished study's run, a folder without a checkpoint ---------------
+
+
+def nanogpt_run(root: Path, corpus_text: str) -> tuple[Path, Path]:
+    """nanoGPT's out_dir (2 layers, block_size 32) and its char data folder with meta.pkl, where it looks."""
+    from test_nanogpt import write_nanogpt_data, write_nanogpt_run
+
+    data = write_nanogpt_data(root / "data" / "shakespeare_char", corpus_text[:5000])
+    write_nanogpt_run(root / "out-nanogpt", vocab_size=len(set(corpus_text[:5000])))
+    return root / "out-nanogpt", data
+
+
+@pytest.mark.parametrize("source, overrides, fragments", [
+    ("ours", {"n_layer": 2}, ["n_layer=2 (the checkpoint has 1)"]),
+    ("ours", {"block_size": 64}, ["block_size=64 (the checkpoint has 16)"]),
+    ("ours", {"n_layer": 2, "pos_encoding": "rope"}, ["n_layer=2 (the checkpoint has 1), pos_encoding='rope' (the "
+                                                      "checkpoint has 'learned')"]),
+    ("nanogpt", {}, ["n_layer=1 (the checkpoint has 2)"]),  # block_size=16 of 32: cropped, not refused
+    ("nanogpt", {"n_layer": 2, "block_size": 64}, ["block_size=64 (the checkpoint has 32)"]),
+])
+def test_a_shape_flag_with_init_from_a_checkpoint_is_refused(run_copy, corpus_text, capsys, source, overrides,
+                                                             fragments):
+    """Was dropped without a word: the checkpoint's shape trained."""
+    init_from, data = (run_copy / "run", run_copy / "data") if source == "ours" else nanogpt_run(run_copy,
+                                                                                                 corpus_text)
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "new", data, init_from=init_from, **overrides), capsys)
+    assert_one_line_error(*result, "ckpt.pt keeps its shape", *fragments, "--init_from=scratch")
+    assert digests(run_copy) == before and not (run_copy / "new" / "ckpt.pt").exists()
+
+
+def test_a_shorter_block_size_from_a_nanogpt_run_still_crops(run_copy, corpus_text, capsys):
+    init_from, data = nanogpt_run(run_copy, corpus_text)
+    code, out, err = cli(train_module.main, flags(run_copy / "new", data, init_from=init_from, n_layer=2,
+                                                  max_iters=252, lr_decay_iters=252), capsys)
+    assert code == 0 and "done: 252 iterations" in out, err
+    assert load_checkpoint(run_copy / "new" / "ckpt.pt")["model_args"]["block_size"] == 16
+
+
+def test_resuming_a_finished_study_run_is_refused(run_copy, capsys):
+    """Was resumed: its checkpoint replaced, and the study then refused the run and asked to train it again."""
+    (run_copy / "run" / "done.json").write_text('{"checkpoint": {}}')
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8),
+                 capsys)
+    assert_one_line_error(*result, "is a finished run of a study", "done.json",
+                          f"--init_from={run_copy / 'run' / 'ckpt.pt'} --out_dir=NEW_DIR")
+    assert digests(run_copy) == before
+
+
+@pytest.mark.parametrize("main", [train_module.main, sample.main], ids=["train", "sample"])
+def test_init_from_a_folder_without_a_checkpoint_says_so(run_copy, capsys, main):
+    """Was told that the char tokenizer is not GPT-2's BPE."""
+    (run_copy / "empty").mkdir()
+    argv = flags(run_copy / "new", run_copy / "data", init_from=run_copy / "empty") if main is train_module.main \
+        else [f"--init_from={run_copy / 'empty'}", "--device=cpu"]
+    result = cli(main, argv, capsys)
+    assert_one_line_error(*result, f"init_from={str(run_copy / 'empty')!r} is a folder without a checkpoint",
+                          "no ckpt.pt", "no config.json")
+    assert not (run_copy / "new").exists()
