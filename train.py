@@ -113,8 +113,10 @@ class TrainConfig:
         if min(self.max_iters, self.warmup_iters, self.lr_decay_iters) < 0:
             raise ValueError(f"max_iters={self.max_iters}, warmup_iters={self.warmup_iters} and lr_decay_iters="
                              f"{self.lr_decay_iters} must be >= 0")
-        if not self.learning_rate > 0 or not self.min_lr >= 0 or not math.isfinite(self.learning_rate + self.min_lr):
-            raise ValueError(f"learning_rate={self.learning_rate} must be > 0 and min_lr={self.min_lr} >= 0")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate={self.learning_rate} must be a finite number > 0 (nanoGPT: 6e-4)")
+        if not (math.isfinite(self.min_lr) and self.min_lr >= 0):
+            raise ValueError(f"min_lr={self.min_lr} must be a finite number >= 0 (usually learning_rate / 10)")
         check_train_numbers(self)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")

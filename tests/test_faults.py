@@ -649,7 +649,10 @@ def test_a_checkpoint_without_a_recorded_split_resumes_and_says_so_once(run_copy
     (["--learned_init_std=inf"], ["learned_init_std=inf must be finite"]),
     (["--pos_encoding=rope", "--rope_base=inf"], ["rope_base=inf must be finite"]),
     (["--dropout=nan"], ["dropout=nan must be in [0, 1)"]),
-    (["--learning_rate=inf"], ["learning_rate=inf must be > 0"]),
+    (["--learning_rate=inf"], ["learning_rate=inf must be a finite number > 0"]),
+    (["--min_lr=inf"], ["min_lr=inf must be a finite number >= 0"]),
+    (["--lr_schedule=wsd", "--decay_lr=False"], ["lr_schedule='wsd' decays", "decay_lr=False holds it constant",
+                                                 "drop --decay_lr=False"]),
 ])
 def test_bad_training_settings_are_one_line_before_anything_runs(run_copy, capsys, argv, fragments):
     before = digests(run_copy)

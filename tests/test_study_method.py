@@ -341,6 +341,18 @@ def ablate_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--budgets=10,10"], ["budgets"]),
     (["--budgets=10", "--lr_schedule=wsd", "--max_iters=100", "--warmup_iters=9"], ["budget 10", "warmup_iters=9"]),
     (["--equivalence_margin=nan"], ["equivalence_margin"]),
+    # issue 28
+    (["--variants=", "--grid=max_iters=5;max_iters=10"], ["grid sets max_iters twice", "'max_iters=5' and "
+                                                          "'max_iters=10'", "--grid='max_iters=5,10'"]),
+    (["--grid=max_iters=5;n_layer=1,2;max_iters=5,7"], ["grid sets max_iters twice", "--grid='max_iters=5,7'"]),
+    (["--equivalence_margin=inf"], ["equivalence_margin=inf must be a finite number >= 0"]),
+    (["--jobs=0"], ["jobs=0 must be at least 1"]),
+    (["--jobs=-1"], ["jobs=-1 must be at least 1"]),
+    (["--run_index=-2"], ["run_index=-2 must be a run's number, 0 or more", "--list_runs", "-1 for every run"]),
+    (["--jobs=2", "--run_index=0"], ["choose one of --jobs, --run_index and --report_only"]),
+    (["--eval_multipliers=1,20000"], ["eval_multipliers=[1.0, 20000.0] make an eval length of 320,000 tokens",
+                                      "(20000 x block_size=16)", "give multipliers of at most"]),
+    (["--lr_schedule=wsd", "--decay_lr=False"], ["lr_schedule='wsd'", "decay_lr=False", "--lr_schedule"]),
 ])
 def test_bad_cells_and_settings_are_one_line_before_training(tmp_path, data_dir, capsys, flags, fragments):
     base = [f"--study_dir={tmp_path / 'study'}", f"--dataset={data_dir}", "--n_layer=1", "--n_head=2",
