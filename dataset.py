@@ -21,7 +21,7 @@ import torch
 from bpe_train import TokenizerConfig, learn_bpe
 from cuts import stream_pieces
 from errors import OfflineError, UserError
-from files import atomic_files, file_sha256, replace_files
+from files import atomic_files, file_sha256, replace_files, special_file_kind
 from nanogpt import is_data_folder
 from tokenizer import (
     DATASET_FILES,
@@ -77,6 +77,8 @@ def read_text(path: str | os.PathLike, what: str = "input file") -> str:
     file = Path(path)
     if file.is_dir():
         raise UserError(f"{what} {str(path)!r} is a folder, not a text file")
+    if kind := special_file_kind(file):
+        raise UserError(f"{what} {str(path)!r} is {kind}, not a regular file; give the path of a text file")
     if not file.is_file():
         raise UserError(f"{what} {str(path)!r} does not exist")
     if file.stat().st_size > MAX_TEXT_BYTES:

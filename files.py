@@ -8,6 +8,7 @@ behind; remove_stale_temps clears those at the next start.
 import contextlib
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,20 @@ LOCK_FILE = "train.lock"
 def temp_pattern(path: Path) -> str:
     """The glob that matches the temporary files atomic_files makes for path."""
     return f"{path.name}*.tmp"
+
+
+def special_file_kind(path: Path) -> str | None:
+    """What a path is that exists but is neither a folder nor a regular file: a device (/dev/null reads as
+    empty, /dev/zero without end), a pipe or a socket; None for anything else."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    return "a socket" if stat.S_ISSOCK(mode) else None
 
 
 def file_sha256(path: Path) -> str:

@@ -1047,3 +1047,47 @@ def test_init_from_a_folder_without_a_checkpoint_says_so(run_copy, capsys, main)
     assert_one_line_error(*result, f"init_from={str(run_copy / 'empty')!r} is a folder without a checkpoint",
                           "no ckpt.pt", "no config.json")
     assert not (run_copy / "new").exists()
+
+
+# ---- issue 28: sampling's text on the command line, and files that are not files -------------------------------
+
+
+def test_stop_and_start_read_the_usual_escapes(run_copy, capsys):
+    """--stop='\\n' was a backslash and an n, which no sample holds: "stop at the end of the line" never matched."""
+    def samples(*flags: str) -> str:
+        code, out, err = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", "--max_new_tokens=60",
+                                           *flags], capsys)
+        assert code == 0, err
+        return out
+
+    escaped = samples("--start=To be\\nor", "--stop=\\n")
+    assert escaped == samples("--start=To be\nor", "--stop=\n")
+    texts = escaped.split("---------------\n")[:-1]
+    assert len(texts) == 3 and all(text.startswith("To be\nor") and text.count("\n") == 2 for text in texts)
+    assert sample.unescape(r"a\tb\\nc\d") == "a\tb\\nc\\d"  # \\ is one backslash; other backslashes stay
+
+
+@pytest.mark.parametrize("start, fragments", [
+    ("FILE:", ["start='FILE:' names no file", "--start=FILE:PATH"]),
+    ("FILE:/dev/null", ["prompt file '/dev/null' is a device, not a regular file"]),
+    ("FILE:/dev/zero", ["prompt file '/dev/zero' is a device, not a regular file"]),
+])
+def test_a_prompt_file_that_is_no_file_is_one_line(run_copy, capsys, start, fragments):
+    """Were "prompt file '' is a folder" and "'/dev/null' does not exist"."""
+    started = time.perf_counter()
+    result = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", f"--start={start}"], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert time.perf_counter() - started < 10  # /dev/zero is not read
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "/dev/zero"])
+def test_a_device_as_input_or_config_file_says_what_it_is(tmp_path, capsys, path):
+    from test_prepare_faults import char_preparer, corpus_main
+
+    for main, argv, fragment in [
+            (char_preparer(tmp_path / "data"), [f"--input={path}"], f"input file {path!r} is a device"),
+            (corpus_main(), [f"--input={path}", f"--out_dir={tmp_path / 'data'}"], f"input {path!r} is a device"),
+            (train_module.main, [path], f"config file {path!r} is a device")]:
+        result = cli(main, argv, capsys)
+        assert_one_line_error(*result, fragment, "not a regular file")
+    assert not (tmp_path / "data").exists()
