@@ -26,19 +26,42 @@ def main_guard(main: typing.Callable[[list[str]], object], argv: list[str] | Non
     ends other commands. Anything else is a bug: its traceback is the report."""
     try:
         main(sys.argv[1:] if argv is None else argv)
-        sys.stdout.flush()  # here, not at exit: a closed pipe found then would print its own traceback
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        release_stdout()
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        release_stdout()
         sys.exit(130)
     except BrokenPipeError:
         if not _reader_gone(sys.stdout) and not _reader_gone(sys.stderr):
-            raise  # another pipe (a worker's, a socket): a bug, not `| head`
-        # Python flushes stdout again at exit, into the same closed pipe: point it at /dev/null first.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise  # another pipe (a worker's, a socket): a bug
+        _silence_stdout()
         sys.exit(128 + signal.SIGPIPE)
+    except SystemExit:  # --help, or a script's own status: what it printed may still be buffered
+        if release_stdout():
+            sys.exit(128 + signal.SIGPIPE)
+        raise
+    if release_stdout():
+        sys.exit(128 + signal.SIGPIPE)
+
+
+def release_stdout() -> bool:
+    """Flush stdout now; True when its reader has gone, and stdout then points at /dev/null: at exit Python
+    flushes it again, into the closed pipe, printing 'Exception ignored ... BrokenPipeError' (status 120)."""
+    try:
+        sys.stdout.flush()
+        return False
+    except BrokenPipeError:
+        if not _reader_gone(sys.stdout):
+            raise
+    _silence_stdout()
+    return True
+
+
+def _silence_stdout() -> None:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _reader_gone(stream: typing.TextIO) -> bool:
