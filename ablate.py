@@ -52,7 +52,7 @@ import torch
 
 import ablate_plots
 import study_plan
-from dataset import load_split, resolve_data_dir
+from dataset import check_recorded_tokens, load_split, resolve_data_dir
 from errors import OptionError, UserError, main_guard
 from model import GPT, GPTConfig
 from options import convert_value, parse_options
@@ -134,16 +134,22 @@ class AblateConfig:
         if not all(lr > 0 and math.isfinite(lr) for lr in self.lr_sweep):
             raise ValueError(f"lr_sweep={self.lr_sweep} must be positive finite learning rates")
         if not (self.equivalence_margin >= 0 and math.isfinite(self.equivalence_margin)):
-            raise ValueError(f"equivalence_margin={self.equivalence_margin} must be >= 0 (0: no equivalence test)")
+            raise ValueError(f"equivalence_margin={self.equivalence_margin} must be a finite number >= 0 (nats per "
+                             "token; 0: no equivalence test)")
         if any(b < 1 for b in self.budgets) or len(set(self.budgets)) < len(self.budgets):
             raise ValueError(f"budgets={self.budgets} must be distinct step counts of at least 1")
         if self.headline_budget and self.headline_budget not in self.budgets:
             raise ValueError(f"headline_budget={self.headline_budget} is not one of budgets={self.budgets}")
         if self.lr_sweep_budget < 0:
             raise ValueError(f"lr_sweep_budget={self.lr_sweep_budget} must be >= 0 (0: the headline budget)")
-        if self.jobs < 1 or self.run_index < -1 or (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
-            raise ValueError(f"jobs={self.jobs} (at least 1), run_index={self.run_index} (-1: all) and report_only="
-                             f"{self.report_only}: choose one of --jobs, --run_index and --report_only")
+        if self.jobs < 1:
+            raise ValueError(f"jobs={self.jobs} must be at least 1 (runs trained at once; 1: one after another)")
+        if self.run_index < -1:
+            raise ValueError(f"run_index={self.run_index} must be a run's number, 0 or more (--list_runs shows "
+                             "them), or -1 for every run")
+        if (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
+            raise ValueError(f"jobs={self.jobs}, run_index={self.run_index} and report_only={self.report_only}: "
+                             "choose one of --jobs, --run_index and --report_only")
         parse_time_limit(self.time_limit)  # a malformed limit is one line before anything runs
         if self.time_limit and self.run_index >= 0:
             raise ValueError(f"time_limit={self.time_limit!r} applies to a whole study or --jobs, not to "
@@ -204,12 +210,18 @@ def parse_cell(variant: str) -> dict[str, object]:
 def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:
     """The cells to compare, in order: --variants, then the --grid cross product. Each is {field: value}."""
     cells = [parse_cell(variant) for variant in ablate.variants]
-    axes = []
+    axes, parts = [], {}
     for part in filter(None, (p.strip() for p in ablate.grid.split(";"))):
         name, has_values, values = part.partition("=")
         if not has_values or not values:
             raise OptionError(f"grid part {part!r} must look like name=v1,v2")
-        axes.append([parse_setting(f"{name.strip()}={v.strip()}") for v in values.split(",")])
+        name, values = name.strip(), [v.strip() for v in values.split(",")]
+        if name in parts:  # the product's dict would keep the last value alone, without a word
+            both = ",".join(dict.fromkeys(parts[name][1] + values))
+            raise OptionError(f"grid sets {name} twice ({parts[name][0]!r} and {part!r}); give its values once: "
+                              f"--grid='{name}={both}'")
+        parts[name] = (part, values)
+        axes.append([parse_setting(f"{name}={value}") for value in values])
     cells += [dict(combination) for combination in itertools.product(*axes)] if axes else []
     names = [cell_name(c) for c in cells]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -357,9 +369,24 @@ def check_before_training(ablate: AblateConfig, plan: list[dict], cells: list[st
     if stride > window:
         raise OptionError(f"sliding_stride={stride} is longer than the sliding window ({window} tokens): tokens "
                           "between pieces would go unscored; give a stride of at most the window")
+    scored = tuple(dict.fromkeys(("val", ablate.eval_split)))
     for dataset in dict.fromkeys(run["train_config"].dataset for run in plan):
-        for split in dict.fromkeys(("val", ablate.eval_split)):  # an old dataset without test.bin: one line
-            load_split(resolve_data_dir(dataset), split, block_size)
+        data_dir = resolve_data_dir(dataset)
+        check_recorded_tokens(data_dir, read_description(data_dir), ("train", *scored))
+        for split in scored:  # an old dataset without test.bin: one line
+            load_split(data_dir, split, block_size)
+        check_eval_lengths(ablate, len(load_split(data_dir, ablate.eval_split, block_size)), block_size, dataset)
+
+
+def check_eval_lengths(ablate: AblateConfig, tokens: int, block_size: int, dataset: str) -> None:
+    """The longest eval length must fit the split it scores: found here, not after every run has trained, where
+    it was a block_size the user never gave."""
+    longest = max(eval_lengths(block_size, ablate.eval_multipliers))
+    if longest + 1 > tokens:
+        raise OptionError(f"eval_multipliers={ablate.eval_multipliers} make an eval length of {longest:,} tokens "
+                          f"({max(ablate.eval_multipliers):g} x block_size={block_size}), but the {ablate.eval_split} "
+                          f"split of dataset={dataset!r} holds {tokens:,}: give multipliers of at most "
+                          f"{(tokens - 1) // block_size}")
 
 
 def headline_budget(ablate: AblateConfig, train_config: TrainConfig) -> int:

@@ -35,6 +35,7 @@ from devices import choose_device, choose_dtype
 from errors import OptionError, UserError
 from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
 from model import GPTConfig
+from run_dir import DONE_FILE
 from study_cost import OutOfTime, TimeBox, parse_time_limit, plan_view, run_estimates
 from study_eval import eval_lengths, evaluate_model, sliding_geometry, target_counts
 from study_plan import STABLE, tokens_per_iter
@@ -51,7 +52,7 @@ OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list
                "eval_batch_size", "reference", "time_limit", "keep_checkpoints")
 STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite
 RESULT_FILES = ("results.md", "results.csv", "results.json")
-RUN_RECORDS = ("done.json", "eval.json")
+RUN_RECORDS = (DONE_FILE, "eval.json")
 # What a run's done.json holds, every field needed by a later reuse or by the report; eval.json holds EVAL_FIELDS.
 RECORD_FIELDS = ("variant", "seed", "budget", "role", "tokens_per_iter", "parameters", "iter_num",
                  "final_val_estimate", "tokens_per_sec", "train_seconds", "evals", "train_losses", "settings",
@@ -248,7 +249,7 @@ def finished_record(run: dict, overwrite: bool) -> dict | None:
     --overwrite=True over other settings). The record is enough: its checkpoint may be absent (pruned, or a study
     folder copied or committed without checkpoints), but one that is present must be the one it recorded. A
     damaged, edited or incomplete record is refused: retraining would delete it."""
-    done_file, checkpoint = run["dir"] / "done.json", run["dir"] / CHECKPOINT
+    done_file, checkpoint = run["dir"] / DONE_FILE, run["dir"] / CHECKPOINT
     record, damage = read_record(done_file, RECORD_FIELDS)
     if damage:
         raise UserError(f"{done_file} is damaged ({damage}): the run's record is lost; delete {run['dir']} to "
@@ -325,7 +326,7 @@ def train_run(run: dict, plan: list[dict], bar: tqdm, start: int) -> tuple[dict 
               "provenance": provenance(result["dtype"], time.perf_counter() - started)}
     if record["provenance"]["dtype"] != run["train_config"].dtype:  # the study resolved it once, before any run
         raise RuntimeError(f"{run['dir']} trained in {result['dtype']}, not the study's {run['train_config'].dtype}")
-    write_atomic(run["dir"] / "done.json", sealed(record))
+    write_atomic(run["dir"] / DONE_FILE, sealed(record))
     return {**record, "digest": digest(record)}, 0
 
 
@@ -362,7 +363,7 @@ def rebuild_checkpoint(run: dict, plan: list[dict], bar: tqdm, start: int) -> in
             return stopped_by
     with contextlib.ExitStack() as stack:
         claim(run, stack, wait=True)
-        record, damage = read_record(run["dir"] / "done.json", RECORD_FIELDS)
+        record, damage = read_record(run["dir"] / DONE_FILE, RECORD_FIELDS)
         if (run["dir"] / CHECKPOINT).is_file() or record is None:  # rebuilt by another process, or never finished
             return 0
         with tempfile.TemporaryDirectory(dir=run["dir"].parent, prefix=f"{run['dir'].name}.rebuild") as folder:
@@ -518,7 +519,7 @@ def prune_checkpoints(plan: list[dict], finished: dict) -> None:
     once no run of the plan still needs it (every run that starts from it finished) and no process holds it. A run
     whose checkpoint is gone keeps its record and evaluation, which is all that reuse and the report need."""
     for run in [finished, *(r for r in plan if r["dir"] == finished["start_from"])]:
-        if any(not (other["dir"] / "done.json").is_file() for other in plan if other["start_from"] == run["dir"]):
+        if any(not (other["dir"] / DONE_FILE).is_file() for other in plan if other["start_from"] == run["dir"]):
             continue  # a branch or a later segment still copies it
         with contextlib.ExitStack() as stack:
             if claim(run, stack) is None:  # not being evaluated by another process
@@ -529,7 +530,7 @@ def prune_checkpoints(plan: list[dict], finished: dict) -> None:
 def unfinished_start(run: dict) -> bool:
     """A branch whose constant-rate run is not finished (another process holds it): it waits for the second pass,
     which meets that run first (the plan puts it earlier) and waits for it."""
-    return run["start_from"] is not None and not (run["start_from"] / "done.json").is_file()
+    return run["start_from"] is not None and not (run["start_from"] / DONE_FILE).is_file()
 
 
 def train_and_evaluate(plan: list[dict], ablate: "AblateConfig", max_iters: int, show: bool,
