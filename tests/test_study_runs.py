@@ -390,9 +390,9 @@ def test_a_trained_runs_line_reaches_stdout_in_one_write(tmp_path, monkeypatch):
 
     record = {"iter_num": 7, "final_val_estimate": 1.5}
     monkeypatch.setattr(study_runs, "finished_record", lambda run, overwrite: None)
-    monkeypatch.setattr(study_runs, "train_run", lambda run, bar, start: (dict(record), 0))
+    monkeypatch.setattr(study_runs, "train_run", lambda run, plan, bar, start: (dict(record), 0))
     monkeypatch.setattr(sys, "stdout", Recorder())
     run = {"dir": tmp_path / "learned" / "seed1337", "role": study_runs.STABLE}
-    study_runs.finish_run(run, AblateConfig(), study_runs.tqdm(disable=True), 0)
+    study_runs.finish_run(run, [run], AblateConfig(), study_runs.tqdm(disable=True), 0)
     lines = [w for w in writes if w]
     assert lines == [f"trained {run['dir']}: 7 steps, final val estimate 1.5000\n"]
