@@ -9,8 +9,10 @@
 # python ablate.py config/ablate_positions_lr.py --jobs=2
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
 study_dir = "docs/positions_lr"  # its records are committed there (checkpoints are not)
-variants = []
-grid = ("pos_encoding=learned,sinusoidal,rope,alibi,t5,none; learning_rate=0.0003,0.001,0.003")
+# sinusoidal 0.1: stage 1a's pick (docs/positions_amplitude/results.md: 1.9159 at L = 64, the lowest mean val loss)
+variants = ["sinusoidal sinusoidal_amplitude=0.1 learning_rate=0.0003", "sinusoidal sinusoidal_amplitude=0.1 "
+            "learning_rate=0.001", "sinusoidal sinusoidal_amplitude=0.1 learning_rate=0.003"]
+grid = "pos_encoding=learned,sinusoidal,rope,alibi,t5,none; learning_rate=0.0003,0.001,0.003"  # sinusoidal: 0.02
 seeds = 1
 first_seed = 3001  # the headline uses 1337.., the amplitude sweep 2001..
 eval_split = "val"  # a choice is made here: never on the test split
