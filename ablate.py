@@ -61,7 +61,7 @@ from study.paired_stats import CONFIDENCE
 from study.plan import StudyRun
 from study.report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
 from study.runs import finished_records, study_records, with_resolved_dtype
-from text.dataset import load_split, resolve_data_dir
+from text.dataset import check_recorded_tokens, load_split, resolve_data_dir
 from text.tokenizer import read_description
 from train import TrainConfig, build_model
 
@@ -110,12 +110,18 @@ def parse_cell(variant: str) -> dict[str, object]:
 def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:
     """The cells to compare, in order: --variants, then the --grid cross product. Each is {field: value}."""
     cells = [parse_cell(variant) for variant in ablate.variants]
-    axes = []
+    axes, parts = [], {}
     for part in filter(None, (p.strip() for p in ablate.grid.split(";"))):
         name, has_values, values = part.partition("=")
         if not has_values or not values:
             raise OptionError(f"grid part {part!r} must look like name=v1,v2")
-        axes.append([parse_setting(f"{name.strip()}={v.strip()}") for v in values.split(",")])
+        name, values = name.strip(), [v.strip() for v in values.split(",")]
+        if name in parts:  # the product's dict would keep the last value alone, without a word
+            both = ",".join(dict.fromkeys(parts[name][1] + values))
+            raise OptionError(f"grid sets {name} twice ({parts[name][0]!r} and {part!r}); give its values once: "
+                              f"--grid='{name}={both}'")
+        parts[name] = (part, values)
+        axes.append([parse_setting(f"{name}={value}") for value in values])
     cells += [dict(combination) for combination in itertools.product(*axes)] if axes else []
     names = [cell_name(c) for c in cells]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -265,9 +271,24 @@ def check_before_training(ablate: AblateConfig, plan: list[StudyRun], cells: lis
     if stride > window:
         raise OptionError(f"sliding_stride={stride} is longer than the sliding window ({window} tokens): tokens "
                           "between pieces would go unscored; give a stride of at most the window")
+    scored = tuple(dict.fromkeys(("val", ablate.eval_split)))
     for dataset in dict.fromkeys(run.train_config.dataset for run in plan):
-        for split in dict.fromkeys(("val", ablate.eval_split)):  # an old dataset without test.bin: one line
-            load_split(resolve_data_dir(dataset), split, block_size)
+        data_dir = resolve_data_dir(dataset)
+        check_recorded_tokens(data_dir, read_description(data_dir), ("train", *scored))
+        for split in scored:  # an old dataset without test.bin: one line
+            load_split(data_dir, split, block_size)
+        check_eval_lengths(ablate, len(load_split(data_dir, ablate.eval_split, block_size)), block_size, dataset)
+
+
+def check_eval_lengths(ablate: AblateConfig, tokens: int, block_size: int, dataset: str) -> None:
+    """The longest eval length must fit the split it scores: found here, not after every run has trained, where
+    it was a block_size the user never gave."""
+    longest = max(eval_lengths(block_size, ablate.eval_multipliers))
+    if longest + 1 > tokens:
+        raise OptionError(f"eval_multipliers={ablate.eval_multipliers} make an eval length of {longest:,} tokens "
+                          f"({max(ablate.eval_multipliers):g} x block_size={block_size}), but the {ablate.eval_split} "
+                          f"split of dataset={dataset!r} holds {tokens:,}: give multipliers of at most "
+                          f"{(tokens - 1) // block_size}")
 
 
 def headline_budget(ablate: AblateConfig, train_config: TrainConfig) -> int:

@@ -1,5 +1,8 @@
 """The errors a user can fix, and the one-line guard every script's main runs under."""
 
+import os
+import select
+import signal
 import sys
 import typing
 
@@ -19,12 +22,53 @@ class OptionError(UserError):
 
 def main_guard(main: typing.Callable[[list[str]], object], argv: list[str] | None = None) -> None:
     """Run a script's main; a UserError ends it with its message alone and exit status 2, a Ctrl-C that main
-    did not handle with 130. Anything else is a bug: its traceback is the report."""
+    did not handle with 130, a reader of its output that went away (`| head -1`) quietly with 141, as SIGPIPE
+    ends other commands. Anything else is a bug: its traceback is the report."""
     try:
         main(sys.argv[1:] if argv is None else argv)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        release_stdout()
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        release_stdout()
         sys.exit(130)
+    except BrokenPipeError:
+        if not _reader_gone(sys.stdout) and not _reader_gone(sys.stderr):
+            raise  # another pipe (a worker's, a socket): a bug
+        _silence_stdout()
+        sys.exit(128 + signal.SIGPIPE)
+    except SystemExit:  # --help, or a script's own status: what it printed may still be buffered
+        if release_stdout():
+            sys.exit(128 + signal.SIGPIPE)
+        raise
+    if release_stdout():
+        sys.exit(128 + signal.SIGPIPE)
+
+
+def release_stdout() -> bool:
+    """Flush stdout now; True when its reader has gone, and stdout then points at /dev/null: at exit Python
+    flushes it again, into the closed pipe, printing 'Exception ignored ... BrokenPipeError' (status 120)."""
+    try:
+        sys.stdout.flush()
+        return False
+    except BrokenPipeError:
+        if not _reader_gone(sys.stdout):
+            raise
+    _silence_stdout()
+    return True
+
+
+def _silence_stdout() -> None:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _reader_gone(stream: typing.TextIO) -> bool:
+    """Whether stream is a pipe whose reading end is closed (poll reports an error on its writing end)."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), a stream without a file descriptor
+        return False

@@ -6,7 +6,9 @@ behind; remove_stale_temps clears those at the next start.
 """
 
 import contextlib
+import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,29 @@ LOCK_FILE = "train.lock"
 def temp_pattern(path: Path) -> str:
     """The glob that matches the temporary files atomic_files makes for path."""
     return f"{path.name}*.tmp"
+
+
+def special_file_kind(path: Path) -> str | None:
+    """What a path is that exists but is neither a folder nor a regular file: a device (/dev/null reads as
+    empty, /dev/zero without end), a pipe or a socket; None for anything else."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    return "a socket" if stat.S_ISSOCK(mode) else None
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a MiB at a time (a dataset's .bin may not fit in memory)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fsync(path: Path) -> None:
@@ -60,7 +85,8 @@ def atomic_files(*paths: str | os.PathLike) -> Iterator[list[Path]]:
             os.replace(temp, path)
     except OSError as e:  # a full disk, a file size limit, a folder that cannot be written
         names = ", ".join(str(path) for path in paths)
-        raise UserError(f"could not write {names}: {e.strerror or e}; the previous content is kept") from None
+        kept = "the previous content is kept" if any(path.exists() for path in paths) else "nothing was written"
+        raise UserError(f"could not write {names}: {e.strerror or e}; {kept}") from None
     finally:
         for temp in temps:
             temp.unlink(missing_ok=True)

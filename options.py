@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 
 from errors import OptionError
+from files import special_file_kind
 
 
 def field_docs(section: type) -> dict[str, str]:
@@ -176,8 +177,10 @@ BASE_KEY = "base_config"  # `base_config = "other.py"`, first: this file's lines
 
 def _parse(path: str) -> ast.Module:
     file = Path(path)
+    if kind := special_file_kind(file):
+        raise OptionError(f"config file {path!r} is {kind}, not a regular file; give a .py file of settings")
     if not file.is_file():
-        raise OptionError(f"config file {path!r} does not exist")
+        raise OptionError(f"config file {path!r} does not exist" + (" (it is a folder)" if file.is_dir() else ""))
     try:
         return ast.parse(file.read_text(encoding="utf-8"), filename=path)
     except SyntaxError as e:

@@ -5,10 +5,11 @@
 """
 
 import math
+import re
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -31,7 +32,7 @@ MAX_NEW_TOKENS = 10**7
 class SampleConfig:
     out_dir: str = "out"  # the training run to sample from: its best.pt, else its ckpt.pt
     init_from: str = "resume"  # resume (a checkpoint in out_dir) | gpt2, ... | a local HF GPT-2 dir | a ckpt.pt
-    start: str = "\n"  # the prompt, or FILE:path to read it from a file; empty: end-of-text (BPE) / newline (char)
+    start: str = "\n"  # the prompt (\n \t \\: newline, tab, \), or FILE:path; empty: end-of-text (BPE) / newline
     num_samples: int = 3  # samples, generated together as one batch
     max_new_tokens: int = 500  # tokens generated per sample
     temperature: float = 0.8  # divides the logits; 0 means greedy
@@ -44,7 +45,7 @@ class SampleConfig:
     stream: bool = False  # print the first sample's tokens as they come
     no_cache: bool = False  # run the whole window every step: the slow reference path
     compile: bool = False  # compile the decode step: faster tokens after a first call that compiles (6-15 s)
-    stop: list[str] = field(default_factory=list, metadata=REPEATED)  # end a sample before this text; repeatable
+    stop: list[str] = field(default_factory=list, metadata=REPEATED)  # stop before this text (\n: newline); repeatable
     keep_stop: bool = False  # keep the stop text (or <|endoftext|>) at the end of the sample
     end_of_text_stops: bool = True  # <|endoftext|> ends a sample (BPE, GPT-2, char data with documents)
 
@@ -65,11 +66,29 @@ class SampleConfig:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1], or None for all tokens")
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
+        if self.start.startswith("FILE:") and not self.start.removeprefix("FILE:").strip():
+            raise ValueError("start='FILE:' names no file; give --start=FILE:PATH, or the prompt's text itself")
         if "" in self.stop:
             raise ValueError("--stop='' would end every sample before it starts; give the text to stop at")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         check_init_from(self.init_from, ("resume",))
+
+
+ESCAPES = {"\\n": "\n", "\\t": "\t", "\\r": "\r", "\\\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    """A command line's text with the usual escapes read as their characters (\\n a newline, \\t a tab, \\\\ one
+    backslash): a shell passes --stop='\\n' as a backslash and an n, which no sample ever holds. Any other
+    backslash stays as it is."""
+    return re.sub(r"\\[ntr\\]", lambda match: ESCAPES[match.group()], text)
+
+
+def read_escapes(config: SampleConfig) -> SampleConfig:
+    """config with unescape applied to the prompt and the stop texts (a FILE: prompt names a path: as given)."""
+    start = config.start if config.start.startswith("FILE:") else unescape(config.start)
+    return replace(config, start=start, stop=[unescape(text) for text in config.stop])
 
 
 def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
@@ -175,6 +194,7 @@ def incremental_text(tokenizer: Tokenizer, ids) -> Iterator[str]:
 def main(argv: list[str]) -> None:
     use_huge_pages()
     (config,) = parse_options(argv, (SampleConfig,), prog="sample.py", description=__doc__)
+    config = read_escapes(config)
     device = choose_device(config.device)
     model, tokenizer = load_model(config.init_from, config.out_dir)
     model.eval().to(device)

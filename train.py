@@ -27,7 +27,7 @@ from errors import UserError, main_guard
 from gpt.extend import METHODS, extend_for_training
 from gpt.model import GPT, GPTConfig
 from options import parse_options_and_choices
-from text.dataset import get_batch, load_split, resolve_data_dir, sample_offsets
+from text.dataset import check_recorded_tokens, get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import from_description, read_description, token_byte_counts
 from training.batches import Batch, BatchPrefetcher
 from training.checkpoint import (
@@ -38,9 +38,11 @@ from training.checkpoint import (
     check_resumable,
     checkpoint_dict,
     checkpoint_model,
+    continued_differences,
     load_for_resume,
     load_pretrained,
     random_state,
+    refuse_other_shape,
     restore,
     save_checkpoint,
 )
@@ -113,8 +115,10 @@ class TrainConfig:
         if min(self.max_iters, self.warmup_iters, self.lr_decay_iters) < 0:
             raise ValueError(f"max_iters={self.max_iters}, warmup_iters={self.warmup_iters} and lr_decay_iters="
                              f"{self.lr_decay_iters} must be >= 0")
-        if not self.learning_rate > 0 or not self.min_lr >= 0 or not math.isfinite(self.learning_rate + self.min_lr):
-            raise ValueError(f"learning_rate={self.learning_rate} must be > 0 and min_lr={self.min_lr} >= 0")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate={self.learning_rate} must be a finite number > 0 (nanoGPT: 6e-4)")
+        if not (math.isfinite(self.min_lr) and self.min_lr >= 0):
+            raise ValueError(f"min_lr={self.min_lr} must be a finite number >= 0 (usually learning_rate / 10)")
         check_train_numbers(self)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
@@ -236,7 +240,9 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         check_model_fits(model_config, choose_device(config.device), shards)
         return GPT(model_config), None
     if init_checkpoint(config.init_from) is not None:
-        model, state = checkpoint_model(init_checkpoint(config.init_from), model_config, data_description)
+        # A block_size given is extend_for_training's to refuse or to grow; every other shape is checkpoint_model's.
+        model, state = checkpoint_model(init_checkpoint(config.init_from), model_config, data_description,
+                                        explicit - {"block_size"})
         grew = extend_for_training(model, model_config.block_size, config.extend_positions, config.init_from,
                                    "block_size" in explicit)
         return model, None if grew else state  # an extended model finetunes from step 0
@@ -247,6 +253,8 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         raise UserError(f"init_from={config.init_from!r} needs GPT-2 BPE data, but dataset={config.dataset!r} is "
                         f"tokenized as {data_description['kind']!r}")
     model = load_pretrained(config.init_from, dropout=model_config.dropout)
+    refuse_other_shape(continued_differences(model_config, model.config, explicit - {"block_size"}),
+                       f"a model continued from init_from={config.init_from!r}", "drop it to train GPT-2's shape")
     if model_config.block_size < model.config.block_size:
         model.crop_block_size(model_config.block_size)
     extend_for_training(model, model_config.block_size, config.extend_positions, config.init_from,
@@ -547,6 +555,7 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
     with contextlib.ExitStack() as stack:
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
+        check_recorded_tokens(data_dir, data_description, ("train", "val"))
         if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
             check_resumable(Path(config.out_dir) / "ckpt.pt")
         claim_out_dir(config.out_dir, stack, resume=config.init_from == "resume", overwrite=config.overwrite,

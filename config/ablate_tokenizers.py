@@ -7,7 +7,7 @@
 # python data/shakespeare_char/prepare.py --input=PATH --tokenizer=gpt2 --out_dir=data/shakespeare_gpt2
 # python ablate.py config/ablate_tokenizers.py
 base_config = "baby_cpu.py"  # the baby model; the lines below change it
-study_dir = "out-ablate-tokenizers"
+study_dir = "docs/tokenizers_shakespeare"  # its records are committed there (checkpoints are not)
 variants = ["dataset=shakespeare_char", "dataset=shakespeare_bpe512", "dataset=shakespeare_bpe2048",
             "dataset=shakespeare_bpe8192", "dataset=shakespeare_gpt2"]
 seeds = 3

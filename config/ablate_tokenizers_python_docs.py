@@ -8,7 +8,7 @@
 # python data/python_docs_char/prepare.py --tokenizer=gpt2 --out_dir=data/python_docs_gpt2
 # python ablate.py config/ablate_tokenizers_python_docs.py
 base_config = "ablate_tokenizers.py"  # the Shakespeare study; the lines below change it
-study_dir = "out-ablate-tokenizers-python-docs"
+study_dir = "docs/tokenizers_python_docs"  # its records are committed there (checkpoints are not)
 variants = ["dataset=python_docs_char", "dataset=python_docs_bpe512", "dataset=python_docs_bpe2048",
             "dataset=python_docs_bpe8192", "dataset=python_docs_gpt2"]
 reference = "dataset=python_docs_char"

@@ -98,7 +98,10 @@ class InputLayer(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     def reset_token_table(self, generator: torch.Generator) -> None:
-        """wte ~ N(0, 0.02^2), drawn on the CPU from generator (any device, meta included, gets the same table)."""
+        """wte ~ N(0, 0.02^2), drawn on the CPU from generator: any device gets the same table. On meta (shapes
+        only, as the checks before loading build a model) nothing is drawn: the table may be too large to hold."""
+        if self.wte.is_meta:
+            return
         with torch.no_grad():
             self.wte.copy_(torch.randn(self.wte.shape, generator=generator, device="cpu") * 0.02)
 

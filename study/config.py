@@ -74,16 +74,22 @@ class AblateConfig:
         if not all(lr > 0 and math.isfinite(lr) for lr in self.lr_sweep):
             raise ValueError(f"lr_sweep={self.lr_sweep} must be positive finite learning rates")
         if not (self.equivalence_margin >= 0 and math.isfinite(self.equivalence_margin)):
-            raise ValueError(f"equivalence_margin={self.equivalence_margin} must be >= 0 (0: no equivalence test)")
+            raise ValueError(f"equivalence_margin={self.equivalence_margin} must be a finite number >= 0 (nats per "
+                             "token; 0: no equivalence test)")
         if any(b < 1 for b in self.budgets) or len(set(self.budgets)) < len(self.budgets):
             raise ValueError(f"budgets={self.budgets} must be distinct step counts of at least 1")
         if self.headline_budget and self.headline_budget not in self.budgets:
             raise ValueError(f"headline_budget={self.headline_budget} is not one of budgets={self.budgets}")
         if self.lr_sweep_budget < 0:
             raise ValueError(f"lr_sweep_budget={self.lr_sweep_budget} must be >= 0 (0: the headline budget)")
-        if self.jobs < 1 or self.run_index < -1 or (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
-            raise ValueError(f"jobs={self.jobs} (at least 1), run_index={self.run_index} (-1: all) and report_only="
-                             f"{self.report_only}: choose one of --jobs, --run_index and --report_only")
+        if self.jobs < 1:
+            raise ValueError(f"jobs={self.jobs} must be at least 1 (runs trained at once; 1: one after another)")
+        if self.run_index < -1:
+            raise ValueError(f"run_index={self.run_index} must be a run's number, 0 or more (--list_runs shows "
+                             "them), or -1 for every run")
+        if (self.jobs > 1) + (self.run_index >= 0) + self.report_only > 1:
+            raise ValueError(f"jobs={self.jobs}, run_index={self.run_index} and report_only={self.report_only}: "
+                             "choose one of --jobs, --run_index and --report_only")
         parse_time_limit(self.time_limit)  # a malformed limit is one line before anything runs
         if self.time_limit and self.run_index >= 0:
             raise ValueError(f"time_limit={self.time_limit!r} applies to a whole study or --jobs, not to "

@@ -94,9 +94,10 @@ def plan_view(plan: list[StudyRun], estimates: list[float], jobs: int) -> str:
     left = [i for i, seconds in enumerate(estimates) if seconds > 0]
     steps = sum(steps_to_train(plan[i], by_dir) for i in left)
     total = sum(estimates)
-    return "\n".join([*lines, f"{len(plan)} runs: --run_index=0..{len(plan) - 1} (sbatch --array=0-{len(plan) - 1})",
-                      f"{len(plan) - len(left)} finished, {len(left)} to run: {steps:,} steps, about "
-                      f"{total / 60:.0f} min of one process, {total / 60 / jobs:.0f} min with --jobs={jobs}"])
+    # The count last: scripts read it (tail -1 | cut -d' ' -f1, as the README's job array does).
+    return "\n".join([*lines, f"{len(plan) - len(left)} finished, {len(left)} to run: {steps:,} steps, about "
+                      f"{total / 60:.0f} min of one process, {total / 60 / jobs:.0f} min with --jobs={jobs}",
+                      f"{len(plan)} runs: --run_index=0..{len(plan) - 1} (sbatch --array=0-{len(plan) - 1})"])
 
 
 class OutOfTime(Exception):

@@ -41,7 +41,7 @@ from text.tokenizer import read_description
 from train import TrainConfig, train, training_dtype
 from training.checkpoint import load_checkpoint, read_checkpoint
 from training.devices import choose_device, choose_dtype
-from training.run_dir import Interrupted
+from training.run_dir import DONE_FILE, Interrupted
 
 NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode")  # change no number
 # AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
@@ -49,7 +49,7 @@ OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list
                "eval_batch_size", "reference", "time_limit", "keep_checkpoints")
 STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite
 RESULT_FILES = ("results.md", "results.csv", "results.json")
-RUN_RECORDS = ("done.json", "eval.json")
+RUN_RECORDS = (DONE_FILE, "eval.json")
 # What a run's done.json holds, every field needed by a later reuse or by the report; eval.json holds EVAL_FIELDS.
 RECORD_FIELDS = ("variant", "seed", "budget", "role", "tokens_per_iter", "parameters", "iter_num",
                  "final_val_estimate", "tokens_per_sec", "train_seconds", "evals", "train_losses", "settings",
@@ -248,7 +248,7 @@ def finished_record(run: StudyRun, overwrite: bool) -> dict | None:
     --overwrite=True over other settings). The record is enough: its checkpoint may be absent (pruned, or a study
     folder copied or committed without checkpoints), but one that is present must be the one it recorded. A
     damaged, edited or incomplete record is refused: retraining would delete it."""
-    done_file, checkpoint = run.dir / "done.json", run.dir / CHECKPOINT
+    done_file, checkpoint = run.dir / DONE_FILE, run.dir / CHECKPOINT
     record, damage = read_record(done_file, RECORD_FIELDS)
     if damage:
         raise UserError(f"{done_file} is damaged ({damage}): the run's record is lost; delete {run.dir} to "
@@ -323,7 +323,7 @@ def train_run(run: StudyRun, plan: list[StudyRun], bar: tqdm, start: int) -> dic
               "provenance": provenance(result["dtype"], time.perf_counter() - started)}
     if record["provenance"]["dtype"] != run.train_config.dtype:  # the study resolved it once, before any run
         raise RuntimeError(f"{run.dir} trained in {result['dtype']}, not the study's {run.train_config.dtype}")
-    write_atomic(run.dir / "done.json", sealed(record))
+    write_atomic(run.dir / DONE_FILE, sealed(record))
     return {**record, "digest": digest(record)}
 
 
@@ -358,7 +358,7 @@ def rebuild_checkpoint(run: StudyRun, plan: list[StudyRun], bar: tqdm, start: in
         rebuild_checkpoint({r.dir: r for r in plan}[run.start_from], plan, bar, start)
     with contextlib.ExitStack() as stack:
         claim(run, stack, wait=True)
-        record, damage = read_record(run.dir / "done.json", RECORD_FIELDS)
+        record, damage = read_record(run.dir / DONE_FILE, RECORD_FIELDS)
         if (run.dir / CHECKPOINT).is_file() or record is None:  # rebuilt by another process, or never finished
             return
         with tempfile.TemporaryDirectory(dir=run.dir.parent, prefix=f"{run.dir.name}.rebuild") as folder:
@@ -510,7 +510,7 @@ def prune_checkpoints(plan: list[StudyRun], finished: StudyRun) -> None:
     once no run of the plan still needs it (every run that starts from it finished) and no process holds it. A run
     whose checkpoint is gone keeps its record and evaluation, which is all that reuse and the report need."""
     for run in [finished, *(r for r in plan if r.dir == finished.start_from)]:
-        if any(not (other.dir / "done.json").is_file() for other in plan if other.start_from == run.dir):
+        if any(not (other.dir / DONE_FILE).is_file() for other in plan if other.start_from == run.dir):
             continue  # a branch or a later segment still copies it
         with contextlib.ExitStack() as stack:
             if claim(run, stack) is None:  # not being evaluated by another process
@@ -521,7 +521,7 @@ def prune_checkpoints(plan: list[StudyRun], finished: StudyRun) -> None:
 def unfinished_start(run: StudyRun) -> bool:
     """A branch whose constant-rate run is not finished (another process holds it): it waits for the second pass,
     which meets that run first (the plan puts it earlier) and waits for it."""
-    return run.start_from is not None and not (run.start_from / "done.json").is_file()
+    return run.start_from is not None and not (run.start_from / DONE_FILE).is_file()
 
 
 def train_and_evaluate(plan: list[StudyRun], ablate: "AblateConfig", max_iters: int, show: bool,

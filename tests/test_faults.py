@@ -5,7 +5,9 @@ Most cases run the scripts' main() in this process (through errors.main_guard, a
 kill -9 and a full disk need a real process and are few.
 """
 
+import errno
 import hashlib
+import io
 import json
 import math
 import os
@@ -441,6 +443,11 @@ def test_token_ids_beyond_the_vocabulary_in_a_bin_file(run_copy, capsys, compile
     tokens = np.fromfile(path, dtype=np.uint16)
     tokens[::7] = 60000  # a damaged file of the right size
     tokens.tofile(path)
+    # Where the split's SHA-256 is recorded, the start refuses the file (issue 28); a dataset prepared before
+    # splits were recorded has none, and its batches are what finds it.
+    description = json.loads((run_copy / "data" / "tokenizer.json").read_text())
+    del description["split"]
+    (run_copy / "data" / "tokenizer.json").write_text(json.dumps(description))
     result = cli(train_module.main, flags(run_copy / "new", run_copy / "data"), capsys)
     assert_one_line_error(*result, "token id 60000", "train.bin", "outside the vocabulary")
 
@@ -647,7 +654,10 @@ def test_a_checkpoint_without_a_recorded_split_resumes_and_says_so_once(run_copy
     (["--learned_init_std=inf"], ["learned_init_std=inf must be finite"]),
     (["--pos_encoding=rope", "--rope_base=inf"], ["rope_base=inf must be finite"]),
     (["--dropout=nan"], ["dropout=nan must be in [0, 1)"]),
-    (["--learning_rate=inf"], ["learning_rate=inf must be > 0"]),
+    (["--learning_rate=inf"], ["learning_rate=inf must be a finite number > 0"]),
+    (["--min_lr=inf"], ["min_lr=inf must be a finite number >= 0"]),
+    (["--lr_schedule=wsd", "--decay_lr=False"], ["lr_schedule='wsd' decays", "decay_lr=False holds it constant",
+                                                 "drop --decay_lr=False"]),
 ])
 def test_bad_training_settings_are_one_line_before_anything_runs(run_copy, capsys, argv, fragments):
     before = digests(run_copy)
@@ -792,3 +802,316 @@ def test_a_top_p_below_float32s_least_keeps_the_most_likely_token(run_copy, caps
         return out
 
     assert run("--top_p=1e-300") == run("--temperature=0")
+
+
+# ---- issue 28: tracebacks that were left ------------------------------------------------------------------------
+
+
+COMMANDS = ["train.py", "sample.py", "ablate.py", "bench.py", "memory.py", "data/shakespeare_char/prepare.py",
+            "data/shakespeare/prepare.py", "data/python_docs_char/prepare.py", "data/corpus/prepare.py"]
+
+
+@pytest.mark.parametrize("argv", [[command, "--help"] for command in COMMANDS] + [["memory.py"]], ids=" ".join)
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_output_into_a_closed_pipe_ends_quietly(script_env, argv, buffered):
+    """`python train.py --help | head -1`: the reader is gone before the help is written (here, before the
+    command starts). No traceback, no message: the exit status of a command that SIGPIPE ended. Buffered (a
+    shell's pipe), the write fails at the last flush, which Python's exit reported as its own BrokenPipeError."""
+    env = {k: v for k, v in script_env.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, str(REPO / argv[0]), *argv[1:]], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 128 + signal.SIGPIPE, result.stderr
+    assert result.stderr == ""
+
+
+class FullDisk(io.RawIOBase):
+    """A file whose disk fills after `room` bytes: write raises OSError(ENOSPC), as a full file system does."""
+
+    def __init__(self, file, room: int):
+        self.file, self.room = file, room
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.room -= len(data)
+        if self.room < 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.file.write(data)
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
+def test_a_full_disk_during_a_checkpoint_save_is_one_line_and_keeps_the_old_one(run_copy, capsys, monkeypatch):
+    """Was OSError, then torch's RuntimeError "unexpected pos" as a traceback."""
+    run = run_copy / "run"
+    before = digests(run)
+    real_open = Path.open
+
+    def open_on_a_full_disk(self, mode="r", *args, **kwargs):
+        file = real_open(self, mode, *args, **kwargs)
+        return FullDisk(file, 1000) if self.parent == run and self.name.endswith(".tmp") else file
+
+    monkeypatch.setattr(Path, "open", open_on_a_full_disk)
+    result = cli(train_module.main, flags(run, run_copy / "data", init_from="resume", max_iters=8), capsys)
+    assert_one_line_error(*result, "could not write", "ckpt.pt", "No space left on device",
+                          "the previous content is kept")
+    after = digests(run)
+    assert {k: v for k, v in after.items() if k != "metrics.jsonl"} == \
+        {k: v for k, v in before.items() if k != "metrics.jsonl"}  # no temporary file left either
+
+
+# Runs train.py (argv[1:]) so that its first checkpoint save is hit by two SIGTERMs 30 ms apart, as a scheduler
+# that repeats its signal does; the second lands inside torch.save.
+TWO_SIGNALS = '''
+import os, runpy, signal, sys, time
+import torch
+
+real_save = torch.save
+
+
+def save_hit_twice(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.03)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # the second signal ends the process here
+    return real_save(*args, **kwargs)
+
+
+torch.save = save_hit_twice
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_during_a_save_aborts_at_once_with_143(run_copy, script_env, tmp_path):
+    """Was exit 1 with KeyboardInterrupt then RuntimeError inside torch.save, or exit 130 for a SIGTERM."""
+    run = run_copy / "run"
+    before = digests(run)
+    (tmp_path / "two_signals.py").write_text(TWO_SIGNALS)
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(tmp_path / "two_signals.py"), str(REPO / "train.py"),
+                             *flags(run, run_copy / "data", init_from="resume", max_iters=8, eval_interval=1)],
+                            capture_output=True, text=True, env=script_env, timeout=120)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert time.monotonic() - started < 25  # not the 30 s the save sleeps
+    assert result.stderr.strip().splitlines() == ["aborted by a second SIGTERM: the checkpoints are the last ones "
+                                                  "saved whole"]
+    after = digests(run)
+    assert {k: v for k, v in after.items() if k != "metrics.jsonl" and not k.endswith(".tmp")} == \
+        {k: v for k, v in before.items() if k != "metrics.jsonl"}
+    assert load_checkpoint(run / "ckpt.pt")["iter_num"] == 4
+
+
+def test_a_tokenizer_json_whose_pattern_is_not_a_regex_is_one_line_before_the_lock(tmp_path, corpus_text, capsys):
+    """Was tiktoken's ValueError as a traceback, after out_dir and its train.lock were made."""
+    from bpe_train import TokenizerConfig
+
+    prepare(corpus_text[:3000], tmp_path / "data", TokenizerConfig(tokenizer="bpe", vocab_size=300))
+    description = json.loads((tmp_path / "data" / "tokenizer.json").read_text())
+    (tmp_path / "data" / "tokenizer.json").write_text(json.dumps({**description, "pattern": "(?:'s|\\\\p{L}+"}))
+    before = digests(tmp_path / "data")
+    result = cli(train_module.main, flags(tmp_path / "new", tmp_path / "data"), capsys)
+    assert_one_line_error(*result, "tokenizer.json", "'pattern' that is a regular expression", "prepare.py")
+    assert digests(tmp_path / "data") == before and not (tmp_path / "new").exists()
+
+
+# ---- issue 28: datasets read silently with the wrong ids, and fixes that named no existing command ------------
+
+
+def test_our_dataset_without_its_tokenizer_json_is_not_read_as_nanogpts(run_copy, capsys):
+    """Was read as a nanoGPT GPT-2 folder: a 50,257-token model on 65-character data, without a word."""
+    (run_copy / "data" / "tokenizer.json").unlink()
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "new", run_copy / "data"), capsys)
+    assert_one_line_error(*result, str(run_copy / "data"), "test.bin", "not the tokenizer.json",
+                          f"--out_dir={run_copy / 'data'} --overwrite=True")
+    assert digests(run_copy) == before and not (run_copy / "new").exists()
+
+
+def test_a_tokenizer_json_copied_from_another_dataset_is_refused(run_copy, corpus_text, capsys):
+    """The same token counts and vocabulary, other tokens: only the SHA-256 its split records tells them apart."""
+    # Two letters swapped: the same characters and cuts (splits are cut at line and word starts), other tokens.
+    prepare(corpus_text[:5000].translate(str.maketrans("ae", "ea")), run_copy / "other", "char")
+    shutil.copy(run_copy / "other" / "tokenizer.json", run_copy / "data" / "tokenizer.json")
+    before = digests(run_copy)
+    for argv in (flags(run_copy / "new", run_copy / "data"),
+                 flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8)):
+        result = cli(train_module.main, argv, capsys)
+        assert_one_line_error(*result, "train.bin is not the file", "SHA-256", "copied from another dataset",
+                              "--overwrite=True")
+    assert digests(run_copy) == before and not (run_copy / "new").exists()
+
+
+def damage_dataset(data: Path, how: str) -> str:
+    """Damage the dataset folder data; returns what --dataset to give."""
+    if how == "tokenizer.json":
+        (data / "tokenizer.json").write_text('{"kind": "char", "chars": "ab')
+    elif how == "val.bin":
+        (data / "val.bin").unlink()
+    elif how == "ids":
+        tokens = np.fromfile(data / "train.bin", dtype=np.uint16)
+        tokens[:] = 999  # outside the vocabulary; the size, and the SHA-256 check skipped for an old dataset
+        tokens.tofile(data / "train.bin")
+        description = json.loads((data / "tokenizer.json").read_text())
+        del description["split"]
+        (data / "tokenizer.json").write_text(json.dumps(description))
+    return str(data)
+
+
+@pytest.mark.parametrize("how", ["tokenizer.json", "val.bin", "ids"])
+def test_a_damaged_dataset_given_by_path_is_told_its_preparer_and_out_dir(run_copy, capsys, how):
+    """Was told to run python data/data/prepare.py, which does not exist."""
+    dataset = damage_dataset(run_copy / "data", how)
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "new", dataset), capsys)
+    assert_one_line_error(*result, f"--out_dir={run_copy / 'data'} --overwrite=True",
+                          "data/shakespeare_char/prepare.py")
+    assert "data/data/prepare.py" not in result[2]
+    assert digests(run_copy) == before and not (run_copy / "new" / "ckpt.pt").exists()
+
+
+@pytest.mark.parametrize("dataset, fragments", [
+    ("shakespeare_bpe1024", ["data/shakespeare_bpe1024/prepare.py does not exist", "run python data/shakespeare_char/"
+                             "prepare.py --tokenizer=bpe --vocab_size=1024 --out_dir=data/shakespeare_bpe1024"]),
+    ("python_docs_gpt2", ["run python data/python_docs_char/prepare.py --tokenizer=gpt2 "
+                          "--out_dir=data/python_docs_gpt2"]),
+    ("my_own_text", ["data/my_own_text/prepare.py does not exist", "--out_dir=data/my_own_text"]),
+    ("", ["dataset is empty", "--dataset=shakespeare_char"]),
+    (str(REPO / "README.md"), ["README.md' is a file, not a dataset folder"]),
+])
+def test_a_dataset_name_that_no_preparer_has_names_the_command_that_makes_it(tmp_path, capsys, dataset, fragments):
+    """Names made with --out_dir (README's shakespeare_bpe1024) have no data/<name>/prepare.py of their own."""
+    assert not (REPO / "data" / dataset / "tokenizer.json").exists()
+    result = cli(train_module.main, flags(tmp_path / "new", dataset), capsys)
+    assert_one_line_error(*result, *fragments)
+    assert "data//prepare.py" not in result[2] and not (tmp_path / "new").exists()
+
+
+# ---- issue 28: continuing a run: its shape, a finished study's run, a folder without a checkpoint ---------------
+
+
+def nanogpt_run(root: Path, corpus_text: str) -> tuple[Path, Path]:
+    """nanoGPT's out_dir (2 layers, block_size 32) and its char data folder with meta.pkl, where it looks."""
+    from test_nanogpt import write_nanogpt_data, write_nanogpt_run
+
+    data = write_nanogpt_data(root / "data" / "shakespeare_char", corpus_text[:5000])
+    write_nanogpt_run(root / "out-nanogpt", vocab_size=len(set(corpus_text[:5000])))
+    return root / "out-nanogpt", data
+
+
+@pytest.mark.parametrize("source, overrides, fragments", [
+    ("ours", {"n_layer": 2}, ["n_layer=2 (the checkpoint has 1)"]),
+    ("ours", {"n_layer": 2, "pos_encoding": "rope"}, ["n_layer=2 (the checkpoint has 1), pos_encoding='rope' (the "
+                                                      "checkpoint has 'learned')"]),
+    ("nanogpt", {}, ["n_layer=1 (the checkpoint has 2)"]),  # block_size=16 of 32: cropped, not refused
+])
+def test_a_shape_flag_with_init_from_a_checkpoint_is_refused(run_copy, corpus_text, capsys, source, overrides,
+                                                             fragments):
+    """Was dropped without a word: the checkpoint's shape trained."""
+    init_from, data = (run_copy / "run", run_copy / "data") if source == "ours" else nanogpt_run(run_copy,
+                                                                                                 corpus_text)
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "new", data, init_from=init_from, **overrides), capsys)
+    assert_one_line_error(*result, "ckpt.pt keeps its shape", *fragments, "--init_from=scratch")
+    assert digests(run_copy) == before and not (run_copy / "new" / "ckpt.pt").exists()
+
+
+@pytest.mark.parametrize("source, overrides, fragments", [
+    ("ours", {"block_size": 64}, ["block_size=64 is larger than", "block_size=16"]),
+    ("nanogpt", {"n_layer": 2, "block_size": 64}, ["block_size=64 is larger than", "block_size=32"]),
+])
+def test_a_larger_block_size_with_init_from_names_extend_positions(run_copy, corpus_text, capsys, source, overrides,
+                                                                   fragments):
+    """Was dropped without a word; growing the context is --extend_positions' (docs/context_extension.md)."""
+    init_from, data = (run_copy / "run", run_copy / "data") if source == "ours" else nanogpt_run(run_copy,
+                                                                                                 corpus_text)
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "new", data, init_from=init_from, **overrides), capsys)
+    assert_one_line_error(*result, *fragments, "--extend_positions=interpolate|copy", "drop --block_size")
+    assert digests(run_copy) == before and not (run_copy / "new" / "ckpt.pt").exists()
+
+
+def test_a_shorter_block_size_from_a_nanogpt_run_still_crops(run_copy, corpus_text, capsys):
+    init_from, data = nanogpt_run(run_copy, corpus_text)
+    code, out, err = cli(train_module.main, flags(run_copy / "new", data, init_from=init_from, n_layer=2,
+                                                  max_iters=252, lr_decay_iters=252), capsys)
+    assert code == 0 and "done: 252 iterations" in out, err
+    assert load_checkpoint(run_copy / "new" / "ckpt.pt")["model_args"]["block_size"] == 16
+
+
+def test_resuming_a_finished_study_run_is_refused(run_copy, capsys):
+    """Was resumed: its checkpoint replaced, and the study then refused the run and asked to train it again."""
+    (run_copy / "run" / "done.json").write_text('{"checkpoint": {}}')
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8),
+                 capsys)
+    assert_one_line_error(*result, "is a finished run of a study", "done.json",
+                          f"--init_from={run_copy / 'run' / 'ckpt.pt'} --out_dir=NEW_DIR")
+    assert digests(run_copy) == before
+
+
+@pytest.mark.parametrize("main", [train_module.main, sample.main], ids=["train", "sample"])
+def test_init_from_a_folder_without_a_checkpoint_says_so(run_copy, capsys, main):
+    """Was told that the char tokenizer is not GPT-2's BPE."""
+    (run_copy / "empty").mkdir()
+    argv = flags(run_copy / "new", run_copy / "data", init_from=run_copy / "empty") if main is train_module.main \
+        else [f"--init_from={run_copy / 'empty'}", "--device=cpu"]
+    result = cli(main, argv, capsys)
+    assert_one_line_error(*result, f"init_from={str(run_copy / 'empty')!r} is a folder without a checkpoint",
+                          "no ckpt.pt", "no config.json")
+    assert not (run_copy / "new").exists()
+
+
+# ---- issue 28: sampling's text on the command line, and files that are not files -------------------------------
+
+
+def test_stop_and_start_read_the_usual_escapes(run_copy, capsys):
+    """--stop='\\n' was a backslash and an n, which no sample holds: "stop at the end of the line" never matched."""
+    def samples(*flags: str) -> str:
+        code, out, err = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", "--max_new_tokens=60",
+                                           *flags], capsys)
+        assert code == 0, err
+        return out
+
+    escaped = samples("--start=To be\\nor", "--stop=\\n")
+    assert escaped == samples("--start=To be\nor", "--stop=\n")
+    texts = escaped.split("---------------\n")[:-1]
+    assert len(texts) == 3 and all(text.startswith("To be\nor") and text.count("\n") == 2 for text in texts)
+    assert sample.unescape(r"a\tb\\nc\d") == "a\tb\\nc\\d"  # \\ is one backslash; other backslashes stay
+
+
+@pytest.mark.parametrize("start, fragments", [
+    ("FILE:", ["start='FILE:' names no file", "--start=FILE:PATH"]),
+    ("FILE:/dev/null", ["prompt file '/dev/null' is a device, not a regular file"]),
+    ("FILE:/dev/zero", ["prompt file '/dev/zero' is a device, not a regular file"]),
+])
+def test_a_prompt_file_that_is_no_file_is_one_line(run_copy, capsys, start, fragments):
+    """Were "prompt file '' is a folder" and "'/dev/null' does not exist"."""
+    started = time.perf_counter()
+    result = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", f"--start={start}"], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert time.perf_counter() - started < 10  # /dev/zero is not read
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "/dev/zero"])
+def test_a_device_as_input_or_config_file_says_what_it_is(tmp_path, capsys, path):
+    from test_prepare_faults import char_preparer, corpus_main
+
+    for main, argv, fragment in [
+            (char_preparer(tmp_path / "data"), [f"--input={path}"], f"input file {path!r} is a device"),
+            (corpus_main(), [f"--input={path}", f"--out_dir={tmp_path / 'data'}"], f"input {path!r} is a device"),
+            (train_module.main, [path], f"config file {path!r} is a device")]:
+        result = cli(main, argv, capsys)
+        assert_one_line_error(*result, fragment, "not a regular file")
+    assert not (tmp_path / "data").exists()

@@ -86,3 +86,13 @@ def test_fsdp_shards_the_state_and_checkpointing_shrinks_activations():
     table = memory_table(MemoryConfig())
     xl = 48 * (12 * 1600**2 + 13 * 1600) + (50304 + 1024 + 2) * 1600
     assert f"| gpt2-xl | {xl / 1e6:,.0f}M | {16 * xl / 1e9:.1f} / {2 * xl / 1e9:.1f} |" in table
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_gpu_gb_must_be_a_finite_positive_number(capsys, value):
+    """nan and inf passed `<= 0` and sized every GPU as infinite (issue 28)."""
+    import memory
+    from test_faults import assert_one_line_error, cli
+
+    result = cli(memory.main, [f"--gpu_gb={value}"], capsys)
+    assert_one_line_error(*result, f"gpu_gb={float(value)} must be a finite number > 0")

@@ -124,9 +124,11 @@ def test_the_test_split_loads_and_an_old_dataset_names_the_fix(prepared, capsys)
         del description[key]
     (prepared / "tokenizer.json").write_text(json.dumps(description))
     assert len(load_split(prepared, "val", 8)) == description["val_tokens"]  # what trained before still loads
-    with pytest.raises(UserError, match=r"has no test split .* re-prepare it with python data/data/prepare.py "
-                                        r"--overwrite=True"):
+    with pytest.raises(UserError, match=r"has no test split .* --eval_split=val") as caught:
         load_split(prepared, "test", 8)
+    # A folder outside data/ has no data/<its name>/prepare.py (issue 28): its fix is a preparer's --out_dir.
+    assert f"--out_dir={prepared} --overwrite=True" in str(caught.value)
+    assert "data/data/prepare.py" not in str(caught.value)
     assert split_identity(description) is None
 
 

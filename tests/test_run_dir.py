@@ -65,13 +65,21 @@ def test_metrics_log_replaces_at_the_first_record_and_appends_on_resume(tmp_path
     assert sent == [(0, {"val_loss": 2.5}), (1, {"train_loss": 2.0})]
 
 
-def test_stop_request_turns_the_first_signal_into_a_flag_and_the_second_into_an_abort():
+def test_stop_request_turns_the_first_signal_into_a_flag_and_the_second_into_an_abort(monkeypatch, capsys):
+    import run_dir
+
+    def exit_now(status):  # os._exit would end pytest too
+        raise SystemExit(status)
+
+    monkeypatch.setattr(run_dir.os, "_exit", exit_now)
     before = signal.getsignal(signal.SIGTERM)
     with StopRequest() as stop:
         assert stop.signal == 0
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.signal == signal.SIGTERM
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(SystemExit) as aborted:
             os.kill(os.getpid(), signal.SIGINT)
+        assert aborted.value.code == 128 + signal.SIGINT  # the second signal's own status
+        assert capsys.readouterr().err == "aborted by a second SIGINT: the checkpoints are the last ones saved whole\n"
         assert stop.signal == signal.SIGTERM  # the first is the one reported
     assert signal.getsignal(signal.SIGTERM) is before

@@ -342,6 +342,18 @@ def ablate_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--budgets=10,10"], ["budgets"]),
     (["--budgets=10", "--lr_schedule=wsd", "--max_iters=100", "--warmup_iters=9"], ["budget 10", "warmup_iters=9"]),
     (["--equivalence_margin=nan"], ["equivalence_margin"]),
+    # issue 28
+    (["--variants=", "--grid=max_iters=5;max_iters=10"], ["grid sets max_iters twice", "'max_iters=5' and "
+                                                          "'max_iters=10'", "--grid='max_iters=5,10'"]),
+    (["--grid=max_iters=5;n_layer=1,2;max_iters=5,7"], ["grid sets max_iters twice", "--grid='max_iters=5,7'"]),
+    (["--equivalence_margin=inf"], ["equivalence_margin=inf must be a finite number >= 0"]),
+    (["--jobs=0"], ["jobs=0 must be at least 1"]),
+    (["--jobs=-1"], ["jobs=-1 must be at least 1"]),
+    (["--run_index=-2"], ["run_index=-2 must be a run's number, 0 or more", "--list_runs", "-1 for every run"]),
+    (["--jobs=2", "--run_index=0"], ["choose one of --jobs, --run_index and --report_only"]),
+    (["--eval_multipliers=1,20000"], ["eval_multipliers=[1.0, 20000.0] make an eval length of 320,000 tokens",
+                                      "(20000 x block_size=16)", "give multipliers of at most"]),
+    (["--lr_schedule=wsd", "--decay_lr=False"], ["lr_schedule='wsd'", "decay_lr=False", "--lr_schedule"]),
 ])
 def test_bad_cells_and_settings_are_one_line_before_training(tmp_path, data_dir, capsys, flags, fragments):
     base = [f"--study_dir={tmp_path / 'study'}", f"--dataset={data_dir}", "--n_layer=1", "--n_head=2",
@@ -370,6 +382,30 @@ def test_old_dataset_without_test_split_is_one_line(tmp_path, data_dir, capsys):
     assert code == 2 and "Traceback" not in output and len(output.strip().splitlines()) == 1
     assert "no test split" in output and "--overwrite=True" in output
 
+
+def test_a_dataset_without_a_test_split_names_eval_split_val(tmp_path, capsys):
+    """Prepared with --test_fraction=0: was told to use a smaller block_size or a longer corpus (issue 28)."""
+    prepare(corpus(), tmp_path / "data", "char", PrepareConfig(test_fraction=0.0))
+    code, output = ablate_cli([f"--study_dir={tmp_path / 'study'}", f"--dataset={tmp_path / 'data'}",
+                               "--variants=none", "--device=cpu", f"--block_size={BLOCK}"], capsys)
+    assert code == 2 and "Traceback" not in output and len(output.strip().splitlines()) == 1, output
+    assert "test.bin holds 0 tokens" in output and "--eval_split=val" in output and "--test_fraction=" in output
+    assert "smaller block_size" not in output and not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("config", ["ablate_positions_bpe.py", "ablate_tokenizers.py",
+                                    "ablate_tokenizers_python_docs.py"])
+def test_a_study_config_before_its_data_is_prepared_names_preparers_that_exist(tmp_path, capsys, config):
+    """Was told to run data/shakespeare_bpe1024/prepare.py, which does not exist (issue 28)."""
+    repo = Path(ablate.__file__).resolve().parent
+    if any((repo / "data" / name / "tokenizer.json").exists() for name in ("shakespeare_char", "python_docs_char",
+                                                                           "shakespeare_bpe1024")):
+        pytest.skip("the study's data is prepared in this checkout: it would train")
+    code, output = ablate_cli([str(repo / "config" / config), f"--study_dir={tmp_path / 'study'}"], capsys)
+    assert code == 2 and "Traceback" not in output and len(output.strip().splitlines()) == 1, output
+    named = re.findall(r"run python (data/\S+/prepare\.py)", output)  # not the "does not exist" it names
+    assert named and all((repo / script).is_file() for script in named), output
+    assert not (tmp_path / "study").exists()
 
 def test_sliding_window_as_long_as_the_eval_length_compares_no_model_with_itself():
     records = []

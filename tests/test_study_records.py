@@ -207,3 +207,32 @@ def test_a_bad_time_limit_is_one_line(reference, tmp_path, capsys, text):
     result = cli(ablate.main, flags(tmp_path / "study", reference / "data", time_limit=text), capsys)
     assert_one_line_error(*result, f"time_limit={text!r}", "--time_limit=90m")
     assert not (tmp_path / "study").exists()
+
+
+def test_the_plan_view_prices_runs_from_the_finished_ones(reference, tmp_path, capsys, monkeypatch):
+    """--list_runs on a study half finished: finished runs say so, the others are priced from the finished runs'
+    own seconds per step and per evaluated token (no probe), and the run count stays the last line."""
+    partial = tmp_path / "study"
+    copy_records(reference / "study", partial)
+    for seed_dir in partial.glob("*/seed1338"):
+        shutil.rmtree(seed_dir)
+    monkeypatch.setattr(study_cost, "probe_step_seconds", lambda run: pytest.fail("probed"))
+    code, out, err = cli(ablate.main, flags(partial, reference / "data", list_runs=True), capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[-1].startswith("16 runs: --run_index=0..15")
+    assert lines[-2].startswith("8 finished, 8 to run: 18 steps")  # 3 + 1 + 3 + 2 steps per (cell, seed)
+    records = [json.loads(p.read_text()) for p in partial.glob("learned/seed1337/*/done.json")]
+    per_step = sorted(r["train_seconds"] / steps for r, steps in zip(
+        sorted(records, key=lambda r: r["settings"]["train_config"]["max_iters"]), (3, 1, 3, 2), strict=True))
+    plan = ablate.run_plan(*configs(partial, reference / "data"))
+    finished = study_runs.records_on_disk(plan, configs(partial, reference / "data")[0])
+    estimates = study_cost.run_estimates(plan, configs(partial, reference / "data")[0], finished)
+    for run, record, seconds in zip(plan, finished, estimates, strict=True):
+        assert (seconds == 0) == (record is not None)
+        if run["role"] == "stable" and record is None:  # training alone: steps x a finished run's rate, at least
+            assert seconds >= steps_of(run) * min(per_step) * 0.999
+
+
+def steps_of(run: dict) -> int:
+    return {"stable3": 3, "stable6": 3}[run["dir"].name]

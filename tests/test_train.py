@@ -88,8 +88,8 @@ def test_get_lr_by_hand():
 
 @pytest.mark.parametrize("bad, message", [
     (dict(batch_size=0), r"batch_size=0 must be at least 1"),
-    (dict(learning_rate=0.0), r"learning_rate=0\.0 must be > 0"),
-    (dict(learning_rate=math.nan), r"learning_rate=nan must be > 0"),
+    (dict(learning_rate=0.0), r"learning_rate=0\.0 must be a finite number > 0"),
+    (dict(learning_rate=math.nan), r"learning_rate=nan must be a finite number > 0"),
     (dict(dtype="float64"), r"dtype='float64' must be one of auto, float32, bfloat16, float16"),
     (dict(wandb_mode="cloud"), r"wandb_mode='cloud' must be online, offline or disabled"),
     (dict(backend="mpi"), r"backend='mpi' must be auto, nccl or gloo"),

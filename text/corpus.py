@@ -24,7 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from errors import UserError
-from files import replace_files
+from files import replace_files, special_file_kind
 from text.bpe_train import TokenizerConfig, learn_bpe
 from text.cuts import stream_pieces
 from text.dataset import SPLITS, check_overwrite, check_test_fraction, split_record, token_dtype
@@ -80,6 +80,9 @@ def corpus_files(input: str) -> list[Path]:
         files = [p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()]
         if not files:
             raise UserError(f"folder {input!r} holds no .txt or .jsonl files")
+    elif kind := special_file_kind(path):
+        raise UserError(f"input {input!r} is {kind}, not a regular file; give a .txt or .jsonl file, a folder of "
+                        "them or a glob")
     else:
         files = [path] if path.is_file() else [Path(p) for p in glob.glob(input, recursive=True)]
         files = [p for p in files if p.is_file()]

@@ -21,11 +21,18 @@ import numpy as np
 import torch
 
 from errors import OfflineError, UserError
-from files import atomic_files, replace_files
+from files import atomic_files, file_sha256, replace_files, special_file_kind
 from text.bpe_train import TokenizerConfig, learn_bpe
 from text.cuts import stream_pieces, text_cut
 from text.nanogpt_data import is_data_folder
-from text.tokenizer import DATASET_FILES, TOKENIZER_FILE, CharTokenizer, GPT2Tokenizer, read_description
+from text.tokenizer import (
+    DATASET_FILES,
+    TOKENIZER_FILE,
+    CharTokenizer,
+    GPT2Tokenizer,
+    preparer_command,
+    read_description,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "val", "test")
@@ -75,6 +82,8 @@ def read_text(path: str | os.PathLike, what: str = "input file") -> str:
     file = Path(path)
     if file.is_dir():
         raise UserError(f"{what} {str(path)!r} is a folder, not a text file")
+    if kind := special_file_kind(file):
+        raise UserError(f"{what} {str(path)!r} is {kind}, not a regular file; give the path of a text file")
     if not file.is_file():
         raise UserError(f"{what} {str(path)!r} does not exist")
     if file.stat().st_size > MAX_TEXT_BYTES:
@@ -211,13 +220,44 @@ def prepare_main(argv: list[str], out_dir: Path, tokenizer_kind: str, default_te
 
 def resolve_data_dir(dataset: str) -> Path:
     """A dataset name (a folder under data/) or a path to a prepared folder."""
+    if not dataset.strip():
+        raise UserError("dataset is empty; name a prepared folder under data/ (e.g. --dataset=shakespeare_char) "
+                        "or give the path of one")
     path = Path(dataset)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"dataset {dataset!r} is a file, not a dataset folder; give the folder that holds "
+                        f"{TOKENIZER_FILE} and the .bin files")
     if not path.is_dir():
         path = REPO_ROOT / "data" / dataset
-    if not (path / TOKENIZER_FILE).is_file() and not is_data_folder(path):
-        raise UserError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing; run "
-                        f"python data/{path.name}/prepare.py (or give --dataset=PATH to a prepared folder)")
-    return path
+    if (path / TOKENIZER_FILE).is_file() or is_data_folder(path):
+        return path
+    if all((path / name).is_file() for name in DATASET_FILES if name != TOKENIZER_FILE):
+        raise UserError(f"{path} holds train.bin, val.bin and test.bin as this repository's preparers write them, "
+                        f"but not the {TOKENIZER_FILE} that says what their ids mean (nanoGPT's folders have no "
+                        f"test.bin, so it is not read as GPT-2's BPE); run {preparer_command(path, overwrite=True)}")
+    if path.parent == REPO_ROOT / "data" and not (path / "prepare.py").is_file():  # a name --out_dir makes
+        raise UserError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing, and no preparer "
+                        f"has that name (python data/{path.name}/prepare.py does not exist); run "
+                        f"{preparer_command(path)}, or give --dataset=PATH to a prepared folder")
+    raise UserError(f"dataset {dataset!r} is not prepared: {path / TOKENIZER_FILE} is missing; run "
+                    f"{preparer_command(path)} (or give --dataset=PATH to a prepared folder)")
+
+
+def check_recorded_tokens(data_dir: Path, description: dict, splits: tuple[str, ...]) -> None:
+    """Refuse .bin files of these splits whose SHA-256 is not the one tokenizer.json records: a tokenizer.json
+    copied from another dataset with the same token counts (its samples would be byte garbage), or .bin files
+    replaced. Read once per run start; a file of another size is load_split's to report, unhashed, and a dataset
+    prepared before splits were recorded (or nanoGPT's) has nothing to check."""
+    recorded = (split_identity(description) or {}).get("sha256", {})
+    itemsize = np.dtype(description["dtype"]).itemsize
+    for split in splits:
+        path = data_dir / f"{split}.bin"
+        expected_size = description.get(f"{split}_tokens", -1) * itemsize
+        if split in recorded and path.is_file() and path.stat().st_size == expected_size \
+                and file_sha256(path) != recorded[split]:
+            raise UserError(f"{path} is not the file {data_dir / TOKENIZER_FILE} describes (its SHA-256 differs "
+                            f"from the one recorded): that {TOKENIZER_FILE} was copied from another dataset, or the "
+                            f".bin files were replaced; run {preparer_command(data_dir, overwrite=True)}")
 
 
 def split_identity(description: dict) -> dict | None:
@@ -248,10 +288,10 @@ def load_split(data_dir: Path, split: str, block_size: int) -> np.ndarray:
     and as many tokens as tokenizer.json says (a .bin file from another prepare, or cut short, does not)."""
     description = read_description(data_dir)
     path = data_dir / f"{split}.bin"
-    rerun = f"rerun python data/{data_dir.name}/prepare.py"
+    rerun = f"run {preparer_command(data_dir, overwrite=True)}"
     if split == "test" and "test_tokens" not in description:
-        raise UserError(f"{data_dir} has no test split (it was prepared before test.bin existed); re-prepare it "
-                        f"with python data/{data_dir.name}/prepare.py --overwrite=True")
+        raise UserError(f"{data_dir} has no test split (it was prepared before test.bin existed); score on "
+                        f"--eval_split=val, or {rerun}")
     if not path.is_file():
         raise UserError(f"{path} is missing; {rerun}")
     dtype = np.dtype(description["dtype"])
@@ -262,9 +302,11 @@ def load_split(data_dir: Path, split: str, block_size: int) -> np.ndarray:
                         f"({'?' if expected is None else expected * dtype.itemsize} bytes): the dataset is damaged "
                         f"or half-prepared; {rerun}")
     if size // dtype.itemsize < block_size + 1:
+        fix = ("use a smaller block_size or a longer corpus" if split != "test" else
+               "score on --eval_split=val, or prepare the data again with a larger --test_fraction (e.g. "
+               f"{preparer_command(data_dir, overwrite=True)} --test_fraction=0.1)")
         raise UserError(f"{path} holds {size // dtype.itemsize} tokens, too few for one block: "
-                        f"block_size={block_size} needs at least {block_size + 1}; use a smaller block_size "
-                        "or a longer corpus")
+                        f"block_size={block_size} needs at least {block_size + 1}; {fix}")
     return np.memmap(path, dtype=dtype, mode="r")
 
 
@@ -281,9 +323,10 @@ def get_batch(data: np.ndarray, offsets: torch.Tensor, block_size: int, device: 
     """
     windows = np.stack([data[i:i + block_size + 1] for i in offsets.tolist()])
     if vocab_size is not None and windows.size and int(windows.max()) >= vocab_size:
-        where = getattr(data, "filename", None) or "the data"
-        raise UserError(f"token id {int(windows.max())} in {where} is outside the vocabulary (vocab_size="
-                        f"{vocab_size}): the file is damaged or from another tokenizer; rerun its prepare.py")
+        where = getattr(data, "filename", None)
+        rerun = preparer_command(Path(where).parent, overwrite=True) if where else "its preparer"
+        raise UserError(f"token id {int(windows.max())} in {where or 'the data'} is outside the vocabulary "
+                        f"(vocab_size={vocab_size}): the file is damaged or from another tokenizer; run {rerun}")
     windows = torch.from_numpy(windows.astype(np.int64))
     x, y = windows[:, :-1], windows[:, 1:]
     if device.type == "cuda":  # pinned memory lets the copy overlap with the GPU's work

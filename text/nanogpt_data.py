@@ -43,9 +43,11 @@ def char_tokenizer(meta: dict, path: Path) -> dict:
 
 
 def is_data_folder(path: Path) -> bool:
-    """A nanoGPT data folder: train.bin and val.bin without our tokenizer.json."""
+    """A nanoGPT data folder: train.bin and val.bin without our tokenizer.json, and without the test.bin that
+    nanoGPT never writes (one of ours that lost its tokenizer.json is not read as GPT-2's BPE)."""
     path = Path(path)
-    return (path / "train.bin").is_file() and (path / "val.bin").is_file() and not (path / "tokenizer.json").exists()
+    return ((path / "train.bin").is_file() and (path / "val.bin").is_file() and not (path / "tokenizer.json").exists()
+            and not (path / "test.bin").exists())
 
 
 def data_description(path: Path) -> dict:

@@ -4,6 +4,7 @@ that stores the description (checkpoint.py) can be sampled from without the data
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from errors import OfflineError, UserError
 from text.nanogpt_data import data_description, is_data_folder
 
+DATA_ROOT = Path(__file__).resolve().parent / "data"  # the preparers' folders, data/<name>/prepare.py
 TOKENIZER_FILE = "tokenizer.json"
 # The files of a prepared dataset, in the order they are replaced: tokenizer.json last, as it says what the .bin hold.
 DATASET_FILES = ("train.bin", "val.bin", "test.bin", TOKENIZER_FILE)
@@ -165,6 +167,19 @@ def from_description(description: dict) -> Tokenizer:
     raise UserError(f"unknown tokenizer kind {kind!r} (expected 'char', 'gpt2' or 'bpe')")
 
 
+def pattern_error(pattern: str) -> str | None:
+    """Why tiktoken's regex engine refuses pattern, or None: tried on the 256 bytes alone (a millisecond), so
+    that a damaged pattern is found where the description is read, not where a run has begun."""
+    import tiktoken
+
+    try:
+        tiktoken.Encoding("check", pat_str=pattern, mergeable_ranks={bytes([i]): i for i in range(256)},
+                          special_tokens={})
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def check_bpe_description(description: dict, source: str) -> None:
     tokens, vocab_size = description.get("tokens"), description.get("vocab_size")
     problem = None
@@ -172,6 +187,8 @@ def check_bpe_description(description: dict, source: str) -> None:
         problem = "'tokens' (hex strings) and vocab_size one more than their number (<|endoftext|>)"
     elif not isinstance(description.get("pattern"), str):
         problem = "a pre-tokenization 'pattern'"
+    elif error := pattern_error(description["pattern"]):
+        problem = f"a 'pattern' that is a regular expression ({error})"
     elif description.get("special_tokens") != {END_OF_TEXT: len(tokens)}:
         problem = f"special_tokens {{{END_OF_TEXT!r}: {len(tokens)}}}, the last id"
     else:
@@ -227,14 +244,37 @@ def tokenizer_difference(old: dict, new: dict) -> str | None:
     return None
 
 
+# How README names a dataset made by --out_dir: data/<text>_bpe<N>, data/<text>_gpt2, from data/<text>_char's text.
+OUT_DIR_NAME = re.compile(r"(?P<text>.+)_(?:bpe(?P<vocab_size>\d+)|(?P<kind>gpt2|char))")
+
+
+def preparer_command(data_dir: str | os.PathLike, overwrite: bool = False) -> str:
+    """The command that makes the dataset folder data_dir (again, with overwrite): data/<name>/prepare.py in a
+    preparer's own folder; in a folder made with --out_dir, the preparer of its text with that --out_dir (exactly,
+    for README's names, shakespeare_bpe1024 or python_docs_gpt2; else an example), never a data/<name>/prepare.py
+    that does not exist."""
+    folder, again = Path(data_dir), " --overwrite=True" if overwrite else ""
+    under_data = folder.resolve().parent == DATA_ROOT
+    if under_data and (DATA_ROOT / folder.name / "prepare.py").is_file():
+        return f"python data/{folder.name}/prepare.py{again}"
+    out = f"data/{folder.name}" if under_data else str(folder)
+    named = OUT_DIR_NAME.fullmatch(folder.name) if under_data else None
+    if named and (DATA_ROOT / f"{named['text']}_char" / "prepare.py").is_file():
+        tokenizer = (f" --tokenizer=bpe --vocab_size={named['vocab_size']}" if named["vocab_size"]
+                     else f" --tokenizer={named['kind']}")
+        return f"python data/{named['text']}_char/prepare.py{tokenizer} --out_dir={out}{again}"
+    return (f"the preparer of its text with --out_dir={out}{again}, e.g. python data/shakespeare_char/prepare.py "
+            f"--input=TEXT --out_dir={out}{again}")
+
+
 def read_description(data_dir: str | os.PathLike) -> dict:
     """The tokenizer.json of a prepared data folder: tokenizer kind, vocab_size, token dtype, split sizes."""
     path = Path(data_dir) / TOKENIZER_FILE
-    rerun = f"run the dataset's prepare.py (python data/{Path(data_dir).name}/prepare.py)"
+    rerun = f"run {preparer_command(data_dir, overwrite=True)}"
     if not path.is_file() and is_data_folder(data_dir):  # read as it is, meta.pkl for characters
         return check_description(data_description(data_dir), f"{data_dir} (a nanoGPT data folder)")
     if not path.is_file():
-        raise UserError(f"{path} does not exist: {rerun} first")
+        raise UserError(f"{path} does not exist: run {preparer_command(data_dir)} first")
     try:
         description = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -28,6 +28,7 @@ from text.dataset import OLD_SINGLE_TEXT_RULE, split_difference, split_identity
 from text.tokenizer import check_description, tokenizer_difference
 from training.nanogpt import init_checkpoint, is_checkpoint, to_ours
 from training.parallel import full_model_state, full_optimizer_state, load_optimizer_state
+from training.run_dir import DONE_FILE
 
 BEST_KEYS = ("model_args", "model", "tokenizer", "iter_num", "best_val_loss")  # what best.pt holds of ckpt.pt
 RESUME_KEYS = ("optimizer", "config", "iter_num", "best_val_loss", "rng")  # what resuming needs beyond BEST_KEYS
@@ -37,7 +38,12 @@ def check_init_from(init_from: str, modes: tuple[str, ...]) -> None:
     """A ValueError unless init_from is one of the script's modes (train: scratch, resume; sample: resume), a
     GPT-2 name, a local folder or a checkpoint file (nanoGPT's or ours)."""
     known = (*modes, *GPT2_NAMES)
-    if init_from.removeprefix("openai-community/") not in known and not Path(init_from).is_dir() \
+    folder = Path(init_from)
+    if folder.is_dir() and init_checkpoint(init_from) is None and not (folder / "config.json").is_file():
+        raise ValueError(f"init_from={init_from!r} is a folder without a checkpoint: it holds no ckpt.pt (a run's "
+                         "out_dir) and no config.json (a Hugging Face GPT-2's, with model.safetensors); give the "
+                         "folder of one, or a ckpt.pt")
+    if init_from.removeprefix("openai-community/") not in known and not folder.is_dir() \
             and init_checkpoint(init_from) is None:
         raise ValueError(f"init_from={init_from!r} must be one of {', '.join(known)}, a local folder "
                          "holding a Hugging Face GPT-2 (config.json and model.safetensors), or a checkpoint: a "
@@ -50,9 +56,17 @@ def all_finite(tensors) -> bool:
 
 
 def save_checkpoint(state: dict, path: str | os.PathLike) -> None:
-    """Write to a temporary file beside path, then rename: a crash mid-write leaves the old file intact."""
+    """Write to a temporary file beside path, then rename: a crash mid-write leaves the old file intact, and a
+    full disk is atomic_files' one line saying so."""
     with atomic_files(path) as (temp,), temp.open("wb") as file:
-        torch.save(state, file)
+        try:
+            torch.save(state, file)
+        except RuntimeError as e:
+            # torch's zip writer, closed after a write failed (ENOSPC) or was interrupted, raises a RuntimeError
+            # of its own ("unexpected pos") over the real cause: that cause is what the user can act on.
+            if isinstance(e.__context__, (OSError, KeyboardInterrupt)):
+                raise e.__context__ from None
+            raise
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
@@ -189,15 +203,37 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
         raise UserError(f"{path} was trained on other token ids than dataset={dataset!r} holds: "
                         f"{difference}; resume on the run's own dataset, or start a new run")
     check_split(state["tokenizer"], data_description, path, dataset)
-    model = model_from_checkpoint(state, path, dropout=model_config.dropout)
-    shape_settings = {f.name for f in dataclasses.fields(GPTConfig)} - {"dropout"}
-    clashes = [f"{name}={getattr(model_config, name)!r} (the checkpoint has {getattr(model.config, name)!r})"
-               for name in sorted(explicit & shape_settings)
-               if getattr(model_config, name) != getattr(model.config, name)]
-    if clashes:
-        raise UserError(f"a resumed model keeps its shape, but {', '.join(clashes)} was given; drop it to resume, "
-                        "or start a new run in another --out_dir")
-    return model, state
+    refuse_other_shape(shape_differences(model_config, config_from_args(state["model_args"], path), explicit),
+                       "a resumed model", "drop it to resume, or start a new run in another --out_dir")
+    return model_from_checkpoint(state, path, dropout=model_config.dropout), state
+
+
+SHAPE_SETTINGS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "dropout")
+
+
+def shape_differences(given: GPTConfig, found: GPTConfig, explicit: frozenset[str]) -> dict[str, tuple]:
+    """The model settings the user gave (explicit) that differ from those of the model continued (a checkpoint's,
+    GPT-2's): {name: (given, found)}. dropout is not a shape: it is taken from the command line."""
+    return {name: (getattr(given, name), getattr(found, name)) for name in SHAPE_SETTINGS
+            if name in explicit and getattr(given, name) != getattr(found, name)}
+
+
+def refuse_other_shape(differences: dict[str, tuple], what: str, fix: str) -> None:
+    """One line naming every setting that differs, its value there and the fix; nothing when none does. A
+    continued model keeps the shape of its weights: a differing flag was dropped without a word before."""
+    if differences:
+        given = ", ".join(f"{name}={mine!r} (the checkpoint has {theirs!r})"
+                          for name, (mine, theirs) in differences.items())
+        raise UserError(f"{what} keeps its shape, but {given} was given; {fix}")
+
+
+def continued_differences(given: GPTConfig, found: GPTConfig, explicit: frozenset[str]) -> dict[str, tuple]:
+    """shape_differences of a model continued in a new run (another run's checkpoint, GPT-2), less a shorter
+    block_size, which crops the model; a longer one has no positions to come from."""
+    differences = shape_differences(given, found, explicit)
+    if "block_size" in differences and given.block_size < found.block_size:
+        del differences["block_size"]
+    return differences
 
 
 def check_resumable(path: Path) -> None:
@@ -207,6 +243,10 @@ def check_resumable(path: Path) -> None:
     if not path.is_file():
         raise UserError(f"--init_from=resume needs {path}, which does not exist; start a new run with "
                         "--init_from=scratch, or give the --out_dir of the run to continue")
+    if (path.parent / DONE_FILE).is_file():  # resuming would replace the checkpoint the study recorded
+        raise UserError(f"{path.parent} is a finished run of a study ({DONE_FILE} records {path.name}); resuming "
+                        "would replace that checkpoint and the study would refuse the run. Continue it in a new "
+                        f"folder: --init_from={path} --out_dir=NEW_DIR")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # damaged, truncated, hostile, not a zip: load_checkpoint names which
@@ -255,13 +295,19 @@ def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimize
                         f"{str(e)[:200]})") from None
 
 
-def checkpoint_model(path: Path, model_config: GPTConfig, data_description: dict) -> tuple[GPT, dict]:
-    """The model of another run's checkpoint (nanoGPT's or ours) to train in this out_dir, and the checkpoint."""
+def checkpoint_model(path: Path, model_config: GPTConfig, data_description: dict,
+                     explicit: frozenset[str] = frozenset()) -> tuple[GPT, dict]:
+    """The model of another run's checkpoint (nanoGPT's or ours) to train in this out_dir, and the checkpoint.
+    A shape among the settings given (explicit) that differs from the checkpoint's is refused, but for a
+    shorter block_size: the position table is cropped to it, as nanoGPT does."""
     state = load_checkpoint(path)
     difference = tokenizer_difference(state["tokenizer"], data_description)
     if difference:
         raise UserError(f"{path} was trained on other token ids than this dataset holds: {difference}; train it on "
                         "its own data (for a nanoGPT char model, its data folder with meta.pkl)")
+    refuse_other_shape(continued_differences(model_config, config_from_args(state["model_args"], path), explicit),
+                       f"a model continued from {path}", "drop it to train the checkpoint's shape, or train a new "
+                       "model of that shape with --init_from=scratch")
     model = model_from_checkpoint(state, path, dropout=model_config.dropout)
     if model_config.block_size < model.config.block_size:
         model.crop_block_size(model_config.block_size)

@@ -13,6 +13,7 @@ are what autograd keeps, counted tensor by tensor for this model (tests/test_mem
 the bytes autograd saves on CPU), plus the logits' transient copies at the loss.
 """
 
+import math
 import sys
 from dataclasses import dataclass
 
@@ -37,8 +38,8 @@ class MemoryConfig:
         for name in ("micro_batch", "block_size", "gpus"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
-        if self.gpu_gb <= 0:
-            raise ValueError(f"gpu_gb={self.gpu_gb} must be > 0")
+        if not (math.isfinite(self.gpu_gb) and self.gpu_gb > 0):  # nan and inf pass a plain <= 0
+            raise ValueError(f"gpu_gb={self.gpu_gb} must be a finite number > 0 (e.g. 80 for an 80 GB GPU)")
 
 
 def gpt2_config(name: str, block_size: int = 1024) -> GPTConfig:

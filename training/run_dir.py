@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from files import lock_folder, remove_stale_temps
 
 RUN_FILES = ("ckpt.pt", "best.pt", "metrics.jsonl")  # what a run leaves in out_dir
 CHECKPOINT_FILES = ("ckpt.pt", "best.pt")  # written through a temp file (a killed save leaves one behind)
+DONE_FILE = "done.json"  # a study's record of a finished run (study_runs.py), which names its checkpoint
 
 
 def claim_out_dir(out_dir: str, stack: contextlib.ExitStack, *, resume: bool, overwrite: bool,
@@ -85,9 +87,22 @@ class Interrupted(BaseException):
     Exception` in torch's compiler swallows it."""
 
 
+def abort(signum: int) -> None:
+    """End the process now, with one line and the signal's exit status (130, 143). os._exit, not an exception:
+    one raised inside torch.save or compiled code comes out as their RuntimeError's traceback, or waits for
+    cleanup. What it leaves is safe: a save in progress is a temporary file (removed at the next start), the
+    checkpoints are the last ones saved whole, and the lock goes with the process."""
+    print(f"aborted by a second {signal.Signals(signum).name}: the checkpoints are the last ones saved whole",
+          file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):  # os._exit flushes nothing: the lines printed so far go first
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(128 + signum)
+
+
 class StopRequest:
     """Turns the first Ctrl-C or SIGTERM into a request to save and stop at the end of the step; a second one
-    aborts at once (KeyboardInterrupt). `signal` is the number of the first, or 0.
+    aborts at once (abort). `signal` is the number of the first, or 0.
 
     Inside interruptible() (an evaluation, the forward and backward passes that compile), the first signal
     raises Interrupted at once instead: work that may take minutes is abandoned, not waited for. defer() ends
@@ -108,7 +123,7 @@ class StopRequest:
 
     def handle(self, signum, frame):
         if self.signal:
-            raise KeyboardInterrupt
+            abort(signum)
         self.signal = signum
         if self.raise_now:
             self.raise_now = False

@@ -81,7 +81,10 @@ def check_schedule(config: ScheduleSettings) -> None:
         raise ValueError(f"wsd_decay_shape={config.wsd_decay_shape!r} must be one of {', '.join(DECAY_SHAPES)}")
     if not 0.0 <= config.wsd_decay_fraction <= 1.0:
         raise ValueError(f"wsd_decay_fraction={config.wsd_decay_fraction} must be in [0, 1]")
-    if config.lr_schedule == "wsd" and config.decay_lr:
+    if config.lr_schedule == "wsd" and not config.decay_lr:  # get_lr would hold learning_rate without a word
+        raise ValueError("lr_schedule='wsd' decays the learning rate, but decay_lr=False holds it constant; drop "
+                         "--decay_lr=False to decay it, or --lr_schedule=wsd for a constant rate")
+    if config.lr_schedule == "wsd":
         stable_end = config.max_iters - wsd_decay_iters(config.max_iters, config.wsd_decay_fraction)
         if stable_end < config.warmup_iters:
             raise ValueError(f"lr_schedule='wsd': the decay (wsd_decay_fraction={config.wsd_decay_fraction} of "
