@@ -184,7 +184,8 @@ WITHOUT_FSDP = """
 import runpy, sys
 sys.modules["torch.distributed.fsdp"] = None  # `from torch.distributed.fsdp import ...` raises ImportError
 import ablate, bench, sample  # noqa: F401
-import parallel, torch
+import torch
+from training import parallel
 from errors import UserError
 assert parallel.FSDPModule is None and not parallel.is_sharded(torch.nn.Linear(1, 1))
 try:
