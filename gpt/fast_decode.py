@@ -60,8 +60,10 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
 def compile_frozen_step(options: dict | None = None) -> Callable:
     """GPT.decode_step (unbound) compiled as the frozen CPU step is, to one graph with fixed shapes; inductor's
     `options` in place of FROZEN_STEP_OPTIONS' own where given (bench.py's variants). Run it through frozen()."""
-    return torch.compile(GPT.decode_step, fullgraph=True, dynamic=False,
-                         **{**FROZEN_STEP_OPTIONS, **({} if options is None else {"options": options})})
+    # A copy: torch.compile pops guard_filter_fn from the options it is given, and the next step compiled from
+    # FROZEN_STEP_OPTIONS (a recompile, a second model) then checked every guard.
+    options = dict(FROZEN_STEP_OPTIONS["options"] if options is None else options)
+    return torch.compile(GPT.decode_step, fullgraph=True, dynamic=False, **{**FROZEN_STEP_OPTIONS, "options": options})
 
 
 def frozen(model: GPT, step: Callable) -> DecodeStep:

@@ -318,3 +318,14 @@ def test_end_of_text_ends_the_text(keep):
     ids = tokenizer.encode("Hello") + [tokenizer.eot_token] + tokenizer.encode(" world")
     stop_text = G.StopText(tokenizer.decode, (), frozenset({tokenizer.eot_token}), keep)
     assert "".join(pushed(stop_text, ids)) == ("Hello<|endoftext|>" if keep else "Hello")
+
+
+def test_compiling_a_frozen_step_leaves_the_shared_options_whole():
+    """torch.compile pops guard_filter_fn from the options dict it is given: the second frozen step compiled in a
+    process (a recompile, a second model) checked every guard while it shared FROZEN_STEP_OPTIONS' dict."""
+    from gpt.fast_decode import FROZEN_STEP_OPTIONS, compile_frozen_step
+
+    before = dict(FROZEN_STEP_OPTIONS["options"])
+    compile_frozen_step()
+    compile_frozen_step()
+    assert FROZEN_STEP_OPTIONS["options"] == before

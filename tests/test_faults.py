@@ -915,7 +915,7 @@ def test_a_second_sigterm_during_a_save_aborts_at_once_with_143(run_copy, script
 
 def test_a_tokenizer_json_whose_pattern_is_not_a_regex_is_one_line_before_the_lock(tmp_path, corpus_text, capsys):
     """Was tiktoken's ValueError as a traceback, after out_dir and its train.lock were made."""
-    from bpe_train import TokenizerConfig
+    from text.bpe_train import TokenizerConfig
 
     prepare(corpus_text[:3000], tmp_path / "data", TokenizerConfig(tokenizer="bpe", vocab_size=300))
     description = json.loads((tmp_path / "data" / "tokenizer.json").read_text())

@@ -66,7 +66,7 @@ def test_metrics_log_replaces_at_the_first_record_and_appends_on_resume(tmp_path
 
 
 def test_stop_request_turns_the_first_signal_into_a_flag_and_the_second_into_an_abort(monkeypatch, capsys):
-    import run_dir
+    from training import run_dir
 
     def exit_now(status):  # os._exit would end pytest too
         raise SystemExit(status)
