@@ -5,6 +5,8 @@
     python bench.py config/train_shakespeare_char.py --what=sample --device=cpu   # decoding vs matmul floor
     python bench.py config/train_shakespeare_char.py --what=step --device=cpu     # the frozen step's choices undone
     python bench.py --what=tokenizer --input=input.txt --vocab_sizes=512,2048     # GPT-2 and learned BPEs
+    python bench.py config/baby_cpu.py --what=study --bench_steps=300 --repeats=1  # a study's step, eager/compiled,
+                                                                                   # 1 or 2 threads, 1 or 2 jobs
 
 Training: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and with each
 change added (fused AdamW, compile, bfloat16 autocast on CPU), then train.train() against the bare loop of the
@@ -15,6 +17,8 @@ products alone in the same dtype (the floor) and against the crop-every-step loo
 sample.py, float32 on a CPU); on a CPU in float32, the compiled runs again under bfloat16 autocast.
 Step: the frozen CPU decode step as fast_decode.py compiles it, and with each of its choices undone (every guard
 checked; the graph's wrapper in Python), compiled side by side and called in one randomized order.
+Study: a study's training step as ablate.py runs it, eager or compiled, on 1 or 2 threads, in 1 or 2 jobs at once:
+steps a second of all jobs together, and each variant's wall time with its start and compilation.
 Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each vocabulary size: seconds to learn
 (bpe_train.learn_bpe), MB/s of tiktoken's encode_ordinary and of HF's own encoder, and tokens per UTF-8 byte.
 """
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from benchmarks.common import BenchConfig
 from benchmarks.decode_speed import bench_sample, bench_step_variants
+from benchmarks.study_speed import bench_study
 from benchmarks.tokenizer_speed import bench_tokenizer, tokenizer_text
 from benchmarks.train_speed import bench_train
 from errors import main_guard
@@ -37,8 +42,8 @@ from options import parse_options
 from train import TrainConfig
 from training.devices import use_huge_pages
 
-FORMATS = {"tokens/s": "{:,.0f}", "x": "{:.2f}x", "%": "{:.1%}", "ms": "{:.2f} ms", "GFLOP/s": "{:,.1f}",
-           "s": "{:.2f} s", "MB/s": "{:.1f} MB/s", "tokens/byte": "{:.3f}"}
+FORMATS = {"tokens/s": "{:,.0f}", "steps/s": "{:.2f}", "x": "{:.2f}x", "%": "{:.1%}", "ms": "{:.2f} ms",
+           "GFLOP/s": "{:,.1f}", "s": "{:.2f} s", "MB/s": "{:.1f} MB/s", "tokens/byte": "{:.3f}"}
 
 
 def spread_cell(values: list[float], unit: str) -> str:
@@ -76,7 +81,7 @@ def load_averages() -> str:
 
 
 BENCHMARKS = {"train": bench_train, "sample": bench_sample, "step": bench_step_variants,  # --what: its benchmark
-              "tokenizer": bench_tokenizer}
+              "tokenizer": bench_tokenizer, "study": bench_study}
 
 
 def measure_once(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> dict:

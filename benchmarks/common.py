@@ -8,12 +8,12 @@ import torch
 
 from text.bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
-WHAT = ("train", "sample", "step", "tokenizer")  # bench.py's BENCHMARKS, in their order
+WHAT = ("train", "sample", "step", "tokenizer", "study")  # bench.py's BENCHMARKS, in their order
 
 
 @dataclass
 class BenchConfig:
-    what: str = "train"  # train | sample | step | tokenizer
+    what: str = "train"  # train | sample | step | tokenizer | study (a study's step: eager/compiled, threads, jobs)
     bench_steps: int = 30  # timed training steps per variant and round
     warmup_steps: int = 5  # untimed steps first (compilation, allocator warm-up)
     rounds: int = 3  # alternating rounds over the variants; the median round counts

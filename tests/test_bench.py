@@ -7,6 +7,8 @@ import bench
 from benchmarks import decode_speed
 from benchmarks.common import WHAT, figure
 from errors import UserError
+from gpt.model import GPTConfig
+from train import TrainConfig
 
 
 def test_spread_over_processes_is_median_min_max():
@@ -124,3 +126,23 @@ def test_step_variants_table(capsys):
 
 def test_every_benchmark_is_a_choice_of_what():
     assert tuple(bench.BENCHMARKS) == WHAT
+
+
+@pytest.mark.slow
+def test_the_study_benchmark_counts_every_jobs_steps(char_data, monkeypatch):
+    """Two jobs at once report the sum of their steps a second; every figure is there for every variant, and the
+    one-job eager variant is the 1.00x it is compared to."""
+    from benchmarks import study_speed
+
+    monkeypatch.setattr(study_speed, "VARIANTS", (study_speed.StudyVariant("eager, 1 job", False, 1, 1),
+                                                  study_speed.StudyVariant("eager, 2 jobs", False, 1, 2)))
+    config = TrainConfig(dataset=str(char_data), device="cpu", compile=False, batch_size=2, log_interval=1)
+    model_config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8)
+    header, figures = study_speed.bench_study(bench.BenchConfig(what="study", bench_steps=6, warmup_steps=1,
+                                                                rounds=1), config, model_config)
+    cells = {(f["row"], f["column"]): f["value"] for f in figures}
+    assert cells[("eager, 1 job", "vs eager, 1 job")] == 1.0
+    assert len(cells) == 6 and all(v > 0 for v in cells.values())
+    one_job = cells[("eager, 1 job", "steps/s, all jobs")]  # two jobs: the sum of two such rates (on a loaded
+    assert 0.5 * one_job < cells[("eager, 2 jobs", "steps/s, all jobs")] < 4 * one_job  # machine, each slower)
+    assert "7 steps a job" in figures[0]["table"]
