@@ -25,7 +25,7 @@ class BenchConfig:
     nanogpt_dir: str = ""  # a checkout of karpathy/nanoGPT: its model and optimizer timed in the same rounds
     repeats: int = 3  # separate processes, each the whole benchmark; every figure is their median (min-max)
     figures_file: str = ""  # set by --repeats for each of its processes: write the figures there as JSON
-    input: str = ""  # --what=tokenizer: the UTF-8 text; empty: ../shared/data/tinyshakespeare/input.txt
+    input: str = ""  # --what=tokenizer: the UTF-8 text to measure on (required there)
     vocab_sizes: list[int] = field(default_factory=lambda: [512, 2048, 8192])  # --what=tokenizer: BPEs learned
 
     def __post_init__(self) -> None:

@@ -2,7 +2,6 @@
 size: seconds to learn, MB/s of tiktoken's and of HF's own encoder, and tokens per UTF-8 byte."""
 
 import statistics
-from pathlib import Path
 
 import torch
 
@@ -12,17 +11,15 @@ from text.bpe_train import MIN_VOCAB_SIZE, learn_bpe, train_hf
 from text.dataset import read_text
 from text.tokenizer import GPT2Tokenizer
 
+
 # --what=tokenizer's text when --input is not given: Tiny Shakespeare in the shared folder beside the checkout
-DEFAULT_TOKENIZER_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
-
-
 def tokenizer_text(bench: BenchConfig) -> tuple[str, str]:
     """(path, text) that --what=tokenizer measures on; a missing or unreadable file, or a vocabulary the text is too
     short to learn, is the user's to fix, found before anything is timed."""
-    if not bench.input and not DEFAULT_TOKENIZER_TEXT.is_file():
-        raise UserError(f"--what=tokenizer needs a text: {DEFAULT_TOKENIZER_TEXT} does not exist; pass "
-                        "--input=PATH (a UTF-8 text file)")
-    path = bench.input or str(DEFAULT_TOKENIZER_TEXT)
+    if not bench.input:
+        raise UserError("--what=tokenizer needs a text: pass --input=PATH (a UTF-8 text file, e.g. Tiny "
+                        "Shakespeare's input.txt)")
+    path = bench.input
     text = read_text(path, "--input")
     size, merges = len(text.encode("utf-8")), max(bench.vocab_sizes) - MIN_VOCAB_SIZE
     if merges > size:  # each merge joins at least one pair of the text's bytes (as train_hf checks)

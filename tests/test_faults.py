@@ -807,11 +807,12 @@ def test_a_top_p_below_float32s_least_keeps_the_most_likely_token(run_copy, caps
 # ---- issue 28: tracebacks that were left ------------------------------------------------------------------------
 
 
-COMMANDS = ["train.py", "sample.py", "ablate.py", "bench.py", "memory.py", "data/shakespeare_char/prepare.py",
+COMMANDS = ["train.py", "sample.py", "ablate.py", "bench.py", "-m training.memory", "data/shakespeare_char/prepare.py",
             "data/shakespeare/prepare.py", "data/python_docs_char/prepare.py", "data/corpus/prepare.py"]
 
 
-@pytest.mark.parametrize("argv", [[command, "--help"] for command in COMMANDS] + [["memory.py"]], ids=" ".join)
+@pytest.mark.parametrize("argv", [[command, "--help"] for command in COMMANDS] + [["-m training.memory"]],
+                         ids=" ".join)
 @pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
 def test_output_into_a_closed_pipe_ends_quietly(script_env, argv, buffered):
     """`python train.py --help | head -1`: the reader is gone before the help is written (here, before the
@@ -823,8 +824,9 @@ def test_output_into_a_closed_pipe_ends_quietly(script_env, argv, buffered):
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        result = subprocess.run([sys.executable, str(REPO / argv[0]), *argv[1:]], stdout=write_end,
-                                stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+        command = argv[0].split() if argv[0].startswith("-m ") else [str(REPO / argv[0])]  # a module: from REPO
+        result = subprocess.run([sys.executable, *command, *argv[1:]], stdout=write_end, stderr=subprocess.PIPE,
+                                text=True, env=env, timeout=120, cwd=REPO)
     finally:
         os.close(write_end)
     assert result.returncode == 128 + signal.SIGPIPE, result.stderr

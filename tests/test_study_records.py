@@ -230,9 +230,9 @@ def test_the_plan_view_prices_runs_from_the_finished_ones(reference, tmp_path, c
     estimates = study_cost.run_estimates(plan, configs(partial, reference / "data")[0], finished)
     for run, record, seconds in zip(plan, finished, estimates, strict=True):
         assert (seconds == 0) == (record is not None)
-        if run["role"] == "stable" and record is None:  # training alone: steps x a finished run's rate, at least
+        if run.role == "stable" and record is None:  # training alone: steps x a finished run's rate, at least
             assert seconds >= steps_of(run) * min(per_step) * 0.999
 
 
 def steps_of(run: dict) -> int:
-    return {"stable3": 3, "stable6": 3}[run["dir"].name]
+    return {"stable3": 3, "stable6": 3}[run.dir.name]

@@ -12,7 +12,7 @@ import numpy as np
 from errors import OfflineError, UserError
 from text.nanogpt_data import data_description, is_data_folder
 
-DATA_ROOT = Path(__file__).resolve().parent / "data"  # the preparers' folders, data/<name>/prepare.py
+DATA_ROOT = Path(__file__).resolve().parents[1] / "data"  # the preparers' folders, data/<name>/prepare.py
 TOKENIZER_FILE = "tokenizer.json"
 # The files of a prepared dataset, in the order they are replaced: tokenizer.json last, as it says what the .bin hold.
 DATASET_FILES = ("train.bin", "val.bin", "test.bin", TOKENIZER_FILE)
