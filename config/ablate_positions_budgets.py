@@ -1,25 +1,28 @@
-# The position study at four budgets on character-level Shakespeare, reported on the TEST split: learned,
-# sinusoidal at the amplitude config/ablate_positions_amplitude.py picks on val (put its pick below; 0.1 was the
-# previous sweep's) and at Vaswani's ratio of position to token signal (0.02 against GPT-2's token std 0.02),
-# rope, alibi, none. Each budget is a complete warmup-stable-decay schedule: one constant-rate run per (cell, seed)
-# and a decay branch per budget (stable to 800, 1600, 3200; branches of 200, 400, 800 steps). Each cell also
-# trains at its own learning rate, picked on val by a sweep on seeds the headline does not use. TOST margin
-# 0.01 nats/token, fixed here before the runs.
+# Stage 2 of the character-level position study (docs/positions/README.md), the headline, on the TEST split:
+# learned (wpe std 0.01), sinusoidal at stage 1a's amplitude (0.1) and at Vaswani's ratio of position to token
+# signal (0.02, against GPT-2's token std 0.02), rope, alibi, t5 and none; each cell at its own learning rate, the
+# one stage 1b picked on val (config/ablate_positions_lr.py; docs/positions_lr/results.md). 5 seeds (1337..1341,
+# which no choice used). Each budget is a complete warmup-stable-decay schedule: one constant-rate run per (cell,
+# seed) in segments to 800, 1600 and 3200 steps, and decay branches of 200, 400 and 800 steps for the budgets 1000,
+# 2000 and 4000: 7 cells x 5 seeds x 4600 = 161,000 steps (python ablate.py config/ablate_positions_budgets.py --list_runs=True
+# prices it on this machine). Both protocols at 1x, 2x and 4x block_size. The TOST margin, 0.01 nats/token, is
+# fixed in ablate_positions_base.py before any run.
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
-# python ablate.py config/ablate_positions_amplitude.py   (first: the amplitude, on val)
-# python ablate.py config/ablate_positions_budgets.py
+# python ablate.py config/ablate_positions_amplitude.py --jobs=2   (stage 1a: the amplitude, on val)
+# python ablate.py config/ablate_positions_lr.py --jobs=2          (stage 1b: each cell's learning rate, on val)
+# python ablate.py config/ablate_positions_budgets.py --jobs=2 --time_limit=90m   (as many sittings as it takes)
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
-study_dir = "out-ablate-positions-budgets"
-variants = ["learned", "sinusoidal sinusoidal_amplitude=0.1", "sinusoidal sinusoidal_amplitude=0.02", "rope",
-            "alibi", "none"]
-seeds = 6
+study_dir = "docs/positions_budgets"  # its records are committed there (checkpoints are not)
+# Each cell's learning rate: stage 1b's pick, by its rule (the lowest val loss at L = block_size). Six of the seven
+# picks are the grid's largest rate (3e-3; sinusoidal 0.02 took 1e-3): their best may lie above it, untried.
+variants = ["learned learning_rate=0.003", "sinusoidal sinusoidal_amplitude=0.1 learning_rate=0.003",
+            "sinusoidal sinusoidal_amplitude=0.02 learning_rate=0.001", "rope learning_rate=0.003",
+            "alibi learning_rate=0.003", "t5 learning_rate=0.003", "none learning_rate=0.003"]
+seeds = 5
 budgets = [1000, 2000, 4000]
 headline_budget = 4000
 eval_split = "test"
-lr_sweep = [3e-4, 1e-3, 3e-3]  # the common rate is learning_rate below
-lr_sweep_seeds = 2
-lr_sweep_first_seed = 3001
-lr_sweep_budget = 2000
+reference = "learned learning_rate=0.003"
 
 max_iters = 4000
 lr_decay_iters = 4000
