@@ -129,8 +129,17 @@ def read_record(path: Path, required: tuple[str, ...]) -> tuple[dict | None, str
 def checkpoint_identity(path: Path) -> dict:
     """What identifies a checkpoint's training state, wherever it was written: a sha256 over its weights, optimizer
     and random states and step, in a fixed order. Not its file's bytes: those hold the run's folder (its config's
-    out_dir), so the same training in another folder, or a checkpoint trained again, would differ."""
-    state = load_checkpoint(path)
+    out_dir), so the same training in another folder, or a checkpoint trained again, would differ. Computed once
+    per file as it is on disk (a rewrite is a new inode or mtime): a study checks each run's checkpoint in its
+    check before training, its reuse and its evaluation's key, and each time was a whole load."""
+    stat = path.stat()
+    return dict(state_identity(str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=256)
+def state_identity(path: str, inode: int, size: int, mtime_ns: int) -> dict:
+    """checkpoint_identity of the file at path with this inode, size and mtime (the cache's key)."""
+    state = load_checkpoint(Path(path))
     found = hashlib.sha256()
 
     def add(value) -> None:
@@ -358,7 +367,7 @@ def rebuild_checkpoint(run: StudyRun, plan: list[StudyRun], bar: tqdm, start: in
         rebuild_checkpoint({r.dir: r for r in plan}[run.start_from], plan, bar, start)
     with contextlib.ExitStack() as stack:
         claim(run, stack, wait=True)
-        record, damage = read_record(run.dir / DONE_FILE, RECORD_FIELDS)
+        record, _ = read_record(run.dir / DONE_FILE, RECORD_FIELDS)
         if (run.dir / CHECKPOINT).is_file() or record is None:  # rebuilt by another process, or never finished
             return
         with tempfile.TemporaryDirectory(dir=run.dir.parent, prefix=f"{run.dir.name}.rebuild") as folder:
