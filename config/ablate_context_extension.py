@@ -11,7 +11,7 @@
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_context_extension.py
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
-study_dir = "out-ablate-context-extension"
+study_dir = "docs/context_extension"  # its records are committed there (checkpoints are not)
 variants = [
     "learned",
     "sinusoidal",

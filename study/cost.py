@@ -27,8 +27,10 @@ PROBE_STEPS = 20  # timed steps of the probe (its first, with warm-up, is left o
 
 
 def steps_to_train(run: StudyRun, by_dir: dict[Path, dict]) -> int:
-    """Steps the run trains itself: a branch or segment starts where the run it continues ended."""
-    start = by_dir[run.start_from].train_config.max_iters if run.start_from is not None else 0
+    """Steps the run trains itself: a branch or segment starts where the run it continues ended; a finetune
+    (from_cell) starts a new run at step 0 from its base's weights."""
+    continues = run.start_from is not None and not run.finetune
+    start = by_dir[run.start_from].train_config.max_iters if continues else 0
     return run.train_config.max_iters - start
 
 

@@ -22,6 +22,7 @@ from gpt.extend import extend_model, extended_config
 from gpt.generate import generate
 from gpt.model import GPTConfig, InputLayer
 from options import parse_options
+from study import cost as study_cost
 from train import TrainConfig
 from training.checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint
 
@@ -309,6 +310,19 @@ def extension_study(root, char_data, **changes) -> tuple:
                                batch_size=4, warmup_iters=1, lr_decay_iters=2, device="cpu", compile=False,
                                progress=False)
     return ablate_config, train_config, GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=BLOCK)
+
+
+def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, capsys, monkeypatch):
+    """--list_runs: a from_cell run trains its own max_iters from step 0 (not its max_iters less its base's)."""
+    configs = extension_study(tmp_path, char_data)
+    plan = ablate.run_plan(*configs)
+    by_dir = {run.dir: run for run in plan}
+    assert [study_cost.steps_to_train(run, by_dir) for run in plan] == [2, 2, 0, 2]
+    monkeypatch.setattr(study_cost, "probe_step_seconds", lambda run: 1.0)
+    estimates = study_cost.run_estimates(plan, configs[0], [None] * len(plan))
+    assert all(seconds > 0 for seconds in estimates)  # the 0-step extension is still evaluated
+    assert estimates[3] >= 2.0  # 2 steps at 1 s each, and its evaluation
+    assert study_cost.plan_view(plan, estimates, 2).splitlines()[-2].startswith("0 finished, 4 to run: 6 steps")
 
 
 def test_from_cell_finetunes_each_seed_of_its_base(tmp_path, char_data):
