@@ -1,7 +1,7 @@
 # Stage 2 of the character-level position study (docs/positions/README.md), the headline, on the TEST split:
 # learned (wpe std 0.01), sinusoidal at stage 1a's amplitude (0.1) and at Vaswani's ratio of position to token
 # signal (0.02, against GPT-2's token std 0.02), rope, alibi, t5 and none; each cell at its own learning rate, the
-# one stage 1b picked on val (config/ablate_positions_lr.py; docs/positions_lr/results.md). 5 seeds (1337..1341,
+# one stages 1b and 1c picked on val (config/ablate_positions_lr.py, _lr_high.py; docs/positions_lr*/results.md). 5 seeds (1337..1341,
 # which no choice used). Each budget is a complete warmup-stable-decay schedule: one constant-rate run per (cell,
 # seed) in segments to 800, 1600 and 3200 steps, and decay branches of 200, 400 and 800 steps for the budgets 1000,
 # 2000 and 4000: 7 cells x 5 seeds x 4600 = 161,000 steps (--list_runs=True prices it on this machine). Both
@@ -13,11 +13,13 @@
 # python ablate.py config/ablate_positions_budgets.py --jobs=2 --time_limit=90m   (as many sittings as it takes)
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
 study_dir = "docs/positions_budgets"  # its records are committed there (checkpoints are not)
-# Each cell's learning rate: stage 1b's pick, by its rule (the lowest val loss at L = block_size). Six of the seven
-# picks are the grid's largest rate (3e-3; sinusoidal 0.02 took 1e-3): their best may lie above it, untried.
+# Each cell's learning rate: stage 1b's pick, by its rule (the lowest val loss at L = block_size), and stage 1c's
+# (config/ablate_positions_lr_high.py) for the six that 1b picked at its grid's top (3e-3): 1e-2 beat 3e-3 for t5
+# alone (1.8491 against 1.8685; docs/positions_lr_high/results.md), so t5 runs at 1e-2, again the top of what was
+# tried. Sinusoidal 0.02 took 1e-3.
 variants = ["learned learning_rate=0.003", "sinusoidal sinusoidal_amplitude=0.1 learning_rate=0.003",
             "sinusoidal sinusoidal_amplitude=0.02 learning_rate=0.001", "rope learning_rate=0.003",
-            "alibi learning_rate=0.003", "t5 learning_rate=0.003", "none learning_rate=0.003"]
+            "alibi learning_rate=0.003", "t5 learning_rate=0.01", "none learning_rate=0.003"]
 seeds = 5
 budgets = [1000, 2000, 4000]
 headline_budget = 4000
