@@ -356,24 +356,98 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
     return "budgets"
 
 
+def extensions(records: list[dict], from_cells: dict[str, str]) -> dict[str, dict]:
+    """{cell: its base, method, new block_size and finetune steps} for each from_cell cell, from its records."""
+    found = {}
+    for record in records:
+        if record["variant"] in from_cells:
+            train, model = record["settings"]["train_config"], record["settings"]["model_config"]
+            found[record["variant"]] = {"base": from_cells[record["variant"]], "method": train["extend_positions"],
+                                        "block_size": model["block_size"], "steps": train["max_iters"]}
+    return found
+
+
+def plot_extension(study_dir: Path, rows: list[dict], records: list[dict], study: dict,
+                   from_cells: dict[str, str]) -> str:
+    """Each base read at 1x, 2x and 4x its block_size, by itself under both protocols and extended: a model
+    extended to L read at L with the whole window as context, as extended (top) and after its finetune (below)."""
+    plt = pyplot()
+    cells = extensions(records, from_cells)
+    by_cell = {row["variant"]: row for row in rows}
+    bases = list(dict.fromkeys(c["base"] for c in cells.values()))
+    steps = sorted({c["steps"] for c in cells.values()})
+    methods = list(dict.fromkeys(c["method"] for c in cells.values()))
+    palette = colors(methods)
+    block_size, lengths = study["block_size"], study["lengths"]
+    fig, axes = plt.subplots(len(steps), len(bases), figsize=(5 * len(bases), 4.8 * len(steps)), squeeze=False,
+                             sharey="col", layout="constrained")
+
+    def line(ax, points, color, label, style="-"):
+        ns, means, halves = np.array(sorted(points)).T
+        ax.plot(ns, means, style, color=color, marker="o", label=label)
+        halves = np.nan_to_num(halves)
+        ax.fill_between(ns, means - halves, means + halves, color=color, alpha=0.15, linewidth=0)
+        return means
+
+    for column, base in enumerate(bases):
+        loss = by_cell[base]["loss"]
+        sliding = [(n, *loss[f"sliding {n}"]) for n in lengths if loss.get(f"sliding {n}")]
+        top = max(mean for _, mean, _ in sliding) + 0.3  # the baseline's worst plus a margin: outliers are marked
+        for row, count in enumerate(steps):
+            ax = axes[row, column]
+            low = min(line(ax, sliding, "black", f"{base}, sliding window {study['window']}", "--"))
+            whole = [(n, *loss[f"nonoverlapping {n}"]) for n in lengths if loss.get(f"nonoverlapping {n}")]
+            line(ax, whole, "gray", f"{base}, whole window")
+            for method in methods:
+                points = [(block_size, *loss[f"nonoverlapping {block_size}"])]
+                points += [(c["block_size"], *by_cell[cell]["loss"][f"nonoverlapping {c['block_size']}"])
+                           for cell, c in cells.items() if (c["base"], c["method"], c["steps"]) == (base, method,
+                                                                                                   count)]
+                if len(points) == 1:
+                    continue
+                means = line(ax, points, palette[method], f"{method}, extended to L")
+                low = min(low, *means)
+                for n, mean in sorted(zip([p[0] for p in sorted(points)], means, strict=True)):
+                    if mean > top:  # off the scale: its value at the top edge
+                        ax.annotate(f"{mean:.2f}", (n, top), xytext=(0, -12), textcoords="offset points",
+                                    ha="center", fontsize=9, color=palette[method])
+            ax.set_ylim(low - 0.05, top)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(lengths, [f"{n}\n({n / block_size:g}x)" for n in lengths])
+            ax.minorticks_off()
+            ax.set_title(f"{base}: {'as extended' if count == 0 else f'after {count} finetune steps'}")
+            ax.set_xlabel("L: eval window, and the extended model's block_size")
+            ax.set_ylabel(f"{study['split']} loss (nats/token)")
+            ax.legend(fontsize=8)
+    fig.suptitle(f"Longer context: each model extended to L, read at L, against its base\n({BAND})")
+    save(fig, study_dir / "extension.png")
+    return "extension"
+
+
+def labels_of(labels: dict[str, str]):
+    """A cell's name as the plots show it: its label where every label is unique, else the cell itself."""
+    unique = len(set(labels.values())) == len(labels)
+    return lambda cell: labels.get(cell, cell) if unique else cell
+
+
 def relabelled(labels: dict[str, str], rows: list[dict], records: list[dict], families: dict[str, list[dict]],
                tables: dict | None, budgets: dict, reference: str) -> tuple:
     """The plots' inputs with every cell named by its label (as a person writes it), where labels are unique."""
     if len(set(labels.values())) < len(labels):
         return rows, records, families, tables, budgets, reference
-    name = labels.get
+    name = labels_of(labels)
 
     def rename(row: dict, *keys: str) -> dict:
-        return {**row, **{k: name(row[k], row[k]) for k in keys if k in row}}
+        return {**row, **{k: name(row[k]) for k in keys if k in row}}
 
     rows = [rename(r, "variant") for r in rows]
     records = [rename(r, "variant") for r in records]
     families = {f: [rename(r, "a", "b") for r in found] for f, found in families.items()}
     tables = None if tables is None else rename(tables, "cell")
-    budgets = {"reference": name(budgets["reference"], budgets["reference"]), "by_budget": {
+    budgets = {"reference": name(budgets["reference"]), "by_budget": {
         b: {"rows": [rename(r, "variant") for r in e["rows"]], "gaps": [rename(g, "a", "b") for g in e["gaps"]]}
         for b, e in budgets["by_budget"].items()}}
-    return rows, records, families, tables, budgets, name(reference, reference)
+    return rows, records, families, tables, budgets, name(reference)
 
 
 def plot_all(study_dir: Path, rows: list[dict], records: list[dict], families: dict[str, list[dict]], study: dict,
@@ -381,9 +455,16 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], families: d
     """Every plot that the study has data for; their names (PNG files in study_dir)."""
     rows, records, families, tables, budgets, reference = relabelled(study["labels"], rows, records, families, tables,
                                                                      budgets, reference)
+    name = labels_of(study["labels"])
+    from_cells = {name(cell): name(base) for cell, base in study.get("from_cells", {}).items()}
+    extension = plot_extension(study_dir, rows, records, study, from_cells) if from_cells else None
+    # The per-cell plots draw the bases alone when there are extensions: those have a figure of their own.
+    rows = [row for row in rows if row["variant"] not in from_cells]
+    records = [record for record in records if record["variant"] not in from_cells]
     cells = [row["variant"] for row in rows]
     names = [plot_training(study_dir, records, cells),
              plot_loss_vs_length(study_dir, rows, study) if len(study["lengths"]) > 1 else None,
+             extension,
              plot_loss_by_position(study_dir, records, study, cells, reference),
              plot_paired(study_dir, families, study, reference),
              plot_similarity(study_dir, tables) if tables is not None else None,

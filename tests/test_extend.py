@@ -23,6 +23,7 @@ from gpt.generate import generate
 from gpt.model import GPTConfig, InputLayer
 from options import parse_options
 from study import cost as study_cost
+from study import plots as study_plots
 from train import TrainConfig
 from training.checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint
 
@@ -346,6 +347,10 @@ def test_from_cell_finetunes_each_seed_of_its_base(tmp_path, char_data):
                                                                (plan[3].variant, "rope", 32)}
     recorded = [r for r in result["runs"] if r["variant"] == plan[3].variant][0]
     assert recorded["settings"]["run"]["finetunes"] == "rope/seed1337" and recorded["iter_num"] == 2
+    assert study_plots.extensions(result["runs"], {plan[2].variant: "learned", plan[3].variant: "rope"}) == {
+        plan[2].variant: {"base": "learned", "method": "interpolate", "block_size": 32, "steps": 0},
+        plan[3].variant: {"base": "rope", "method": "yarn", "block_size": 32, "steps": 2}}
+    assert (tmp_path / "study" / "extension.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("variants, changes, message", [
