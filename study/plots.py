@@ -408,9 +408,9 @@ def plot_extension(study_dir: Path, rows: list[dict], records: list[dict], study
                 means = line(ax, points, palette[method], f"{method}, extended to L")
                 low = min(low, *means)
                 for n, mean in sorted(zip([p[0] for p in sorted(points)], means, strict=True)):
-                    if mean > top:  # off the scale: its value at the top edge
-                        ax.annotate(f"{mean:.2f}", (n, top), xytext=(0, -12), textcoords="offset points",
-                                    ha="center", fontsize=9, color=palette[method])
+                    if mean > top:  # off the scale: its value at the top edge, one line per method
+                        ax.annotate(f"{mean:.2f}", (n, top), xytext=(-4, -12 - 11 * methods.index(method)),
+                                    textcoords="offset points", ha="right", fontsize=9, color=palette[method])
             ax.set_ylim(low - 0.05, top)
             ax.set_xscale("log", base=2)
             ax.set_xticks(lengths, [f"{n}\n({n / block_size:g}x)" for n in lengths])
