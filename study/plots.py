@@ -341,8 +341,11 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
     margin = study["ablate_config"]["equivalence_margin"]
     if margin:
         right.axhspan(-margin, margin, color="gray", alpha=0.15, label=f"equivalence margin ±{margin:g}")
+    ticks = {entry["rows"][0]["tokens_seen"]: budget for budget, entry in budgets["by_budget"].items()}
     for ax in (left, right):
         ax.set_xscale("log")
+        ax.set_xticks(list(ticks), [f"{tokens / 1e6:.3g}M\n({budget} steps)" for tokens, budget in ticks.items()])
+        ax.minorticks_off()
         ax.set_xlabel("tokens seen in training (one point per budget, each a complete schedule)")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=9)
