@@ -1,10 +1,11 @@
 # Stage 2 of the character-level position study (docs/positions/README.md), the headline, on the TEST split:
 # learned (wpe std 0.01), sinusoidal at stage 1a's amplitude (0.1) and at Vaswani's ratio of position to token
 # signal (0.02, against GPT-2's token std 0.02), rope, alibi, t5 and none; each cell at its own learning rate, the
-# one stages 1b and 1c picked on val (config/ablate_positions_lr.py, _lr_high.py; docs/positions_lr*/results.md). 5 seeds (1337..1341,
-# which no choice used). Each budget is a complete warmup-stable-decay schedule: one constant-rate run per (cell,
-# seed) in segments to 800, 1600 and 3200 steps, and decay branches of 200, 400 and 800 steps for the budgets 1000,
-# 2000 and 4000: 7 cells x 5 seeds x 4600 = 161,000 steps (--list_runs=True prices it on this machine). Both
+# one stages 1b and 1c picked on val (config/ablate_positions_lr.py, _lr_high.py; docs/positions_lr*/results.md).
+# 5 seeds (1337..1341, which no choice used). Each budget is a complete warmup-stable-decay schedule: one
+# constant-rate run per (cell, seed) in segments to 800, 1600 and 3200 steps, and decay branches of 200, 400 and 800
+# steps for the budgets 1000, 2000 and 4000: 7 cells x 5 seeds x 4600 = 161,000 steps (--list_runs=True prices it
+# on this machine). Both
 # protocols at 1x, 2x and 4x block_size. The TOST margin, 0.01 nats/token, is fixed in ablate_positions_base.py
 # before any run.
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
