@@ -5,9 +5,8 @@
 # 5 seeds (1337..1341, which no choice used). Each budget is a complete warmup-stable-decay schedule: one
 # constant-rate run per (cell, seed) in segments to 800, 1600 and 3200 steps, and decay branches of 200, 400 and 800
 # steps for the budgets 1000, 2000 and 4000: 7 cells x 5 seeds x 4600 = 161,000 steps (--list_runs=True prices it
-# on this machine). Both
-# protocols at 1x, 2x and 4x block_size. The TOST margin, 0.01 nats/token, is fixed in ablate_positions_base.py
-# before any run.
+# on this machine). Both protocols at 1x, 2x and 4x block_size. The TOST margin, 0.01 nats/token, is fixed in
+# ablate_positions_base.py before any run.
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_positions_amplitude.py --jobs=2   (stage 1a: the amplitude, on val)
 # python ablate.py config/ablate_positions_lr.py --jobs=2          (stage 1b: each cell's learning rate, on val)
