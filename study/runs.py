@@ -493,8 +493,8 @@ def take_free_runs(plan: list[StudyRun], ablate: "AblateConfig", records: dict[i
     for i, run in enumerate(plan):
         if i in records or ((not wait or time_box) and unfinished_start(run)):
             continue
-        if time_box is not None and not time_box.allows(i):
-            continue
+        if time_box is not None and not time_box.allows(i) and not (run.dir / DONE_FILE).is_file():
+            continue  # a run another job finished since the box was set is only read, however late
         with contextlib.ExitStack() as stack:
             holder = claim(run, stack)
             if holder is not None and not wait:

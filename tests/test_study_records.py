@@ -127,6 +127,19 @@ def test_a_time_boxed_study_continued_from_its_records_alone_reports_the_same(re
     assert report(fresh) == report(reference / "study")
 
 
+def test_runs_finished_by_other_jobs_count_past_the_time_box(reference, tmp_path):
+    """With --jobs, the workers finish runs that were unfinished (so estimated above 0) when the box was set; past
+    its end the parent still takes their records: the study is whole, not "0 of 16 runs finished"."""
+    folder = tmp_path / "study"
+    copy_records(reference / "study", folder)  # as if the workers had just finished every run
+    ablate_config, train_config, model_config = configs(folder, reference / "data")
+    plan = ablate.run_plan(ablate_config, train_config, model_config)
+    box = study_cost.TimeBox(deadline=0.0, estimates=[10.0] * len(plan))  # long past, every run priced
+    records = study_runs.train_and_evaluate(plan, ablate_config, 8, False, box)
+    assert [r["variant"] for r in records] == [run.variant for run in plan]
+    assert all("eval" in r for r, run in zip(records, plan, strict=True) if run.role == "run")
+
+
 def test_two_array_tasks_folders_merged_report_the_same(reference, tmp_path, capsys):
     plan = ablate.run_plan(*configs(tmp_path / "a", reference / "data"))
     for index in range(len(plan)):  # even runs on one machine, odd on another (and what they start from)
