@@ -12,7 +12,6 @@ from text.dataset import read_text
 from text.tokenizer import GPT2Tokenizer
 
 
-# --what=tokenizer's text when --input is not given: Tiny Shakespeare in the shared folder beside the checkout
 def tokenizer_text(bench: BenchConfig) -> tuple[str, str]:
     """(path, text) that --what=tokenizer measures on; a missing or unreadable file, or a vocabulary the text is too
     short to learn, is the user's to fix, found before anything is timed."""

@@ -36,6 +36,16 @@ def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return means, means - halves, means + halves
 
 
+def interval_line(ax, points: list[tuple], color: str, label: str, style: str = "-", alpha: float = 0.2) -> tuple:
+    """A mean line through (x, mean, half-width) points, sorted by x, with its interval as a band (none where a
+    half-width is nan: one seed); its x and means."""
+    xs, means, halves = np.array(sorted(points)).T
+    halves = np.nan_to_num(halves)
+    ax.plot(xs, means, style, color=color, marker="o", label=label)
+    ax.fill_between(xs, means - halves, means + halves, color=color, alpha=alpha, linewidth=0)
+    return xs, means
+
+
 def save(fig, path: Path) -> None:
     fig.savefig(path, dpi=100)
     pyplot().close(fig)
@@ -85,10 +95,7 @@ def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict) -> str:
             points = [(n, *row["loss"][f"{protocol} {n}"]) for n in lengths if row["loss"][f"{protocol} {n}"]]
             if not points:
                 continue
-            ns, means, halves = np.array(points).T
-            halves = np.nan_to_num(halves)
-            ax.plot(ns, means, color=palette[row["variant"]], marker="o", label=row["variant"])
-            ax.fill_between(ns, means - halves, means + halves, color=palette[row["variant"]], alpha=0.2, linewidth=0)
+            interval_line(ax, points, palette[row["variant"]], row["variant"])
         ax.axvline(block_size, color="gray", linestyle="--", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [f"{n}\n({n / block_size:g}x)" for n in lengths])
@@ -328,10 +335,7 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
                   if row["variant"] == cell]
         gaps = [(entry["rows"][0]["tokens_seen"], g["mean"], g["low"], g["high"]) for entry in by_budget
                 for g in entry["gaps"] if g["a"] == cell]
-        tokens, means, halves = np.array(points).T
-        left.plot(tokens, means, color=palette[cell], marker="o", label=cell)
-        left.fill_between(tokens, means - np.nan_to_num(halves), means + np.nan_to_num(halves), color=palette[cell],
-                          alpha=0.2, linewidth=0)
+        interval_line(left, points, palette[cell], cell)
         if gaps:
             tokens, means, lows, highs = np.array(gaps).T
             right.plot(tokens, means, color=palette[cell], marker="o", label=f"{cell} − {budgets['reference']}")
@@ -385,22 +389,16 @@ def plot_extension(study_dir: Path, rows: list[dict], records: list[dict], study
     fig, axes = plt.subplots(len(steps), len(bases), figsize=(5 * len(bases), 4.8 * len(steps)), squeeze=False,
                              sharey="col", layout="constrained")
 
-    def line(ax, points, color, label, style="-"):
-        ns, means, halves = np.array(sorted(points)).T
-        ax.plot(ns, means, style, color=color, marker="o", label=label)
-        halves = np.nan_to_num(halves)
-        ax.fill_between(ns, means - halves, means + halves, color=color, alpha=0.15, linewidth=0)
-        return means
-
     for column, base in enumerate(bases):
         loss = by_cell[base]["loss"]
         sliding = [(n, *loss[f"sliding {n}"]) for n in lengths if loss.get(f"sliding {n}")]
         top = max(mean for _, mean, _ in sliding) + 0.3  # the baseline's worst plus a margin: outliers are marked
         for row, count in enumerate(steps):
             ax = axes[row, column]
-            low = min(line(ax, sliding, "black", f"{base}, sliding window {study['window']}", "--"))
+            low = min(interval_line(ax, sliding, "black", f"{base}, sliding window {study['window']}", "--",
+                                    0.15)[1])
             whole = [(n, *loss[f"nonoverlapping {n}"]) for n in lengths if loss.get(f"nonoverlapping {n}")]
-            line(ax, whole, "gray", f"{base}, whole window")
+            interval_line(ax, whole, "gray", f"{base}, whole window", alpha=0.15)
             for method in methods:
                 points = [(block_size, *loss[f"nonoverlapping {block_size}"])]
                 points += [(c["block_size"], *by_cell[cell]["loss"][f"nonoverlapping {c['block_size']}"])
@@ -408,9 +406,9 @@ def plot_extension(study_dir: Path, rows: list[dict], records: list[dict], study
                                                                                                    count)]
                 if len(points) == 1:
                     continue
-                means = line(ax, points, palette[method], f"{method}, extended to L")
+                ns, means = interval_line(ax, points, palette[method], f"{method}, extended to L", alpha=0.15)
                 low = min(low, *means)
-                for n, mean in sorted(zip([p[0] for p in sorted(points)], means, strict=True)):
+                for n, mean in zip(ns, means, strict=True):
                     if mean > top:  # off the scale: its value at the top edge, one line per method
                         ax.annotate(f"{mean:.2f}", (n, top), xytext=(-4, -12 - 11 * methods.index(method)),
                                     textcoords="offset points", ha="right", fontsize=9, color=palette[method])
@@ -436,9 +434,7 @@ def labels_of(labels: dict[str, str]):
 def relabelled(labels: dict[str, str], rows: list[dict], records: list[dict], families: dict[str, list[dict]],
                tables: dict | None, budgets: dict, reference: str) -> tuple:
     """The plots' inputs with every cell named by its label (as a person writes it), where labels are unique."""
-    if len(set(labels.values())) < len(labels):
-        return rows, records, families, tables, budgets, reference
-    name = labels_of(labels)
+    name = labels_of(labels)  # each cell itself where labels are not unique
 
     def rename(row: dict, *keys: str) -> dict:
         return {**row, **{k: name(row[k]) for k in keys if k in row}}

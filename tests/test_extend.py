@@ -313,7 +313,7 @@ def extension_study(root, char_data, **changes) -> tuple:
     return ablate_config, train_config, GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=BLOCK)
 
 
-def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, capsys, monkeypatch):
+def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, monkeypatch):
     """--list_runs: a from_cell run trains its own max_iters from step 0 (not its max_iters less its base's)."""
     configs = extension_study(tmp_path, char_data)
     plan = ablate.run_plan(*configs)
