@@ -188,7 +188,24 @@ def budget_summary(records: list[dict], study: dict, ablate: "AblateConfig") -> 
         pairs = [((c, "nonoverlapping"), (reference, "nonoverlapping")) for c in cells if c != reference]
         by_budget[budget] = {"rows": summarize(runs, [block_size], ["nonoverlapping"], study["labels"]),
                              "gaps": comparisons(runs, pairs, [block_size], ablate.equivalence_margin)}
-    return {"reference": reference, "by_budget": by_budget}
+    return {"reference": reference, "by_budget": by_budget, "moves": gap_moves(by_budget)}
+
+
+def gap_moves(by_budget: dict) -> dict | None:
+    """Whether the ranking was read where it had stopped moving: each cell's paired gap to the reference at the
+    largest budget minus at the one before, and whether that change is larger than the half-width of the largest
+    budget's interval for the gap (then a larger budget is needed before the gap is read as settled). None with
+    fewer than two budgets."""
+    if len(by_budget) < 2:
+        return None
+    (low, before), (high, after) = sorted(by_budget.items())[-2:]
+    earlier = {g["a"]: g for g in before["gaps"]}
+    cells = {}
+    for gap in after["gaps"]:
+        if gap["a"] in earlier and not gap["untested"]:
+            change, half_width = gap["mean"] - earlier[gap["a"]]["mean"], (gap["high"] - gap["low"]) / 2
+            cells[gap["a"]] = {"change": change, "half_width": half_width, "moved": abs(change) > half_width}
+    return {"from": low, "to": high, "cells": cells}
 
 
 FAMILY_NOTES = {
@@ -289,7 +306,22 @@ def budget_table(budgets: dict, study: dict) -> list[str]:
                     f" {gap['verdict']}" if "verdict" in gap and not gap["untested"] else "")
             cells.append(text)
         table.append(cells)
-    return lines + markdown_table(columns, table) + ["", last_budgets_change(budgets, study)]
+    return lines + markdown_table(columns, table) + ["", last_budgets_change(budgets, study)] + moves_text(
+        budgets, study)
+
+
+def moves_text(budgets: dict, study: dict) -> list[str]:
+    moves, labels = budgets.get("moves"), study["labels"]
+    if not moves or not moves["cells"]:
+        return []
+    changes = [f"{labels.get(cell, cell)} {m['change']:+.4f} (±{m['half_width']:.4f}{', moved' * m['moved']})"
+               for cell, m in moves["cells"].items()]
+    moved = [labels.get(cell, cell) for cell, m in moves["cells"].items() if m["moved"]]
+    return ["", f"Change of each gap to {labels.get(budgets['reference'], budgets['reference'])} from "
+            f"{moves['from']} to {moves['to']} steps (± the half-width of its interval at {moves['to']}): "
+            f"{', '.join(changes)}. "
+            + (f"Moved by more than that interval: {', '.join(moved)}; those gaps were still moving at the largest "
+               "budget." if moved else "No gap moved by more than its interval.")]
 
 
 def last_budgets_change(budgets: dict, study: dict) -> str:

@@ -577,3 +577,24 @@ def test_cells_that_tokenize_differently_are_compared_in_bits_per_byte():
     same += [record("b", s, v, 1000, 1000) for s, v in bpe.items()]
     [row] = study_report.comparisons(same, [(("a", "nonoverlapping"), ("b", "nonoverlapping"))], [64])
     assert row["unit"] == "nats/token" and row["mean"] == pytest.approx(np.mean([char[s] - bpe[s] for s in (1, 2, 3)]))
+
+
+def test_a_gap_that_moves_more_than_its_interval_between_the_last_two_budgets_is_named():
+    """The issue's rule for when the ranking has stopped moving: a cell's gap to the reference at the largest
+    budget minus at the one before, against the half-width of the largest budget's interval for it."""
+    from study import report as study_report
+
+    def gap(cell, mean, half):
+        return {"a": cell, "mean": mean, "low": mean - half, "high": mean + half, "untested": None}
+
+    by_budget = {1000: {"gaps": [gap("rope", -0.20, 0.01), gap("none", 0.30, 0.02)]},
+                 2000: {"gaps": [gap("rope", -0.15, 0.01), gap("none", 0.31, 0.02)]},
+                 4000: {"gaps": [gap("rope", -0.12, 0.02), gap("none", 0.30, 0.02), gap("t5", 0.0, 0.01)]}}
+    moves = study_report.gap_moves(by_budget)
+    assert (moves["from"], moves["to"]) == (2000, 4000) and sorted(moves["cells"]) == ["none", "rope"]
+    assert moves["cells"]["rope"]["change"] == pytest.approx(0.03) and moves["cells"]["rope"]["moved"]
+    assert moves["cells"]["none"]["change"] == pytest.approx(-0.01) and not moves["cells"]["none"]["moved"]
+    assert study_report.gap_moves({1000: by_budget[1000]}) is None
+    [text] = study_report.moves_text({"reference": "learned", "moves": moves}, {"labels": {"rope": "RoPE"}})[1:]
+    assert "RoPE +0.0300 (±0.0200, moved), none -0.0100 (±0.0200)" in text
+    assert text.endswith("Moved by more than that interval: RoPE; those gaps were still moving at the largest budget.")
