@@ -183,7 +183,25 @@ def run_plan(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTC
     configs = cell_configs(cells, train_config, model_config)
     plan = study_plan.budget_plan(configs, Path(ablate.study_dir), seeds(ablate), ablate.budgets or [None],
                                   ablate.eval_split)
-    return with_finetunes(plan, cells, ablate)
+    return with_finetunes(plan + extra_runs(plan, ablate, configs), cells, ablate)
+
+
+def extra_runs(plan: list[StudyRun], ablate: AblateConfig, configs: list[tuple]) -> list[StudyRun]:
+    """The runs that bring extra_variants' first extra_seeds seeds on to extra_budgets, after the whole plan (a
+    study cut short has every cell at every budget first): their constant-rate runs go on from the plan's last."""
+    if not ablate.extra_budgets:
+        return []
+    names = [cell_name(parse_cell(variant)) for variant in ablate.extra_variants]
+    known = [config[0] for config in configs]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise OptionError(f"extra_variants: {unknown[0]!r} is not a cell of this study ({', '.join(known)})")
+    chosen = [config for config in configs if config[0] in names]
+    first = range(ablate.first_seed, ablate.first_seed + ablate.extra_seeds)
+    longer = study_plan.budget_plan(chosen, Path(ablate.study_dir), first, ablate.budgets + ablate.extra_budgets,
+                                    ablate.eval_split)
+    planned = {run.dir for run in plan}
+    return [run for run in longer if run.dir not in planned]
 
 
 def from_cells(cells: list[dict]) -> dict[str, str]:

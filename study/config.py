@@ -27,6 +27,9 @@ class AblateConfig:
     first_seed: int = 1337  # seed of each cell's first run: initialisation and batch order
     budgets: list[int] = field(default_factory=list)  # steps each cell trains to, each a whole schedule; []: max_iters
     headline_budget: int = 0  # the budget of the main tables (one of budgets); 0: the largest
+    extra_budgets: list[int] = field(default_factory=list)  # budgets past the largest, for extra_variants only
+    extra_variants: list[str] = field(default_factory=list)  # the cells that train extra_budgets (with the reference)
+    extra_seeds: int = 3  # how many seeds (first_seed on) train extra_budgets: whether the largest still moves
     eval_split: str = "test"  # the split final models are scored on: test (no choice looked at it) | val
     lr_sweep: list[float] = field(default_factory=list)  # learning rates tried per cell on val; []: no sweep
     lr_sweep_seeds: int = 2  # seeds per (cell, learning rate) of the sweep, from lr_sweep_first_seed
@@ -80,6 +83,16 @@ class AblateConfig:
             raise ValueError(f"budgets={self.budgets} must be distinct step counts of at least 1")
         if self.headline_budget and self.headline_budget not in self.budgets:
             raise ValueError(f"headline_budget={self.headline_budget} is not one of budgets={self.budgets}")
+        if self.extra_budgets and not (self.budgets and min(self.extra_budgets) > max(self.budgets)
+                                       and len(set(self.extra_budgets)) == len(self.extra_budgets)):
+            raise ValueError(f"extra_budgets={self.extra_budgets} must be distinct budgets larger than every one of "
+                             f"budgets={self.budgets}: they extend a study of several budgets")
+        if bool(self.extra_budgets) != bool(self.extra_variants):
+            raise ValueError(f"extra_budgets={self.extra_budgets} and extra_variants={self.extra_variants}: give both "
+                             "(the budgets, and the cells that train them) or neither")
+        if self.extra_budgets and not 1 <= self.extra_seeds <= self.seeds:
+            raise ValueError(f"extra_seeds={self.extra_seeds} must be 1..seeds={self.seeds} (the first seeds train "
+                             "the extra budgets)")
         if self.lr_sweep_budget < 0:
             raise ValueError(f"lr_sweep_budget={self.lr_sweep_budget} must be >= 0 (0: the headline budget)")
         if self.jobs < 1:

@@ -338,7 +338,7 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
         interval_line(left, points, palette[cell], cell)
         if gaps:
             tokens, means, lows, highs = np.array(gaps).T
-            right.plot(tokens, means, color=palette[cell], marker="o", label=f"{cell} − {budgets['reference']}")
+            right.plot(tokens, means, color=palette[cell], marker="o", label=cell)
             right.fill_between(tokens, np.where(np.isnan(lows), means, lows), np.where(np.isnan(highs), means, highs),
                                color=palette[cell], alpha=0.2, linewidth=0)  # no band for one seed
     right.axhline(0, color="black", linewidth=1)

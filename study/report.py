@@ -60,7 +60,7 @@ def comparisons(records: list[dict], pairs: list[tuple], lengths: list[int], mar
             if va is None or vb is None:
                 continue
             seeds = sorted(set(va) & set(vb))
-            found.append({"a": a, "a_protocol": pa, "b": b, "b_protocol": pb, "length": length,
+            found.append({"a": a, "a_protocol": pa, "b": b, "b_protocol": pb, "length": length, "seeds": seeds,
                           **paired([va[s] for s in seeds], [vb[s] for s in seeds])})
         for row, rejected in zip(found, holm([r["p"] for r in found]), strict=True):
             row["significant"] = bool(row["low"] > 0 or row["high"] < 0)
@@ -191,21 +191,25 @@ def budget_summary(records: list[dict], study: dict, ablate: "AblateConfig") -> 
     return {"reference": reference, "by_budget": by_budget, "moves": gap_moves(by_budget)}
 
 
-def gap_moves(by_budget: dict) -> dict | None:
-    """Whether the ranking was read where it had stopped moving: each cell's paired gap to the reference at the
-    largest budget minus at the one before, and whether that change is larger than the half-width of the largest
-    budget's interval for the gap (then a larger budget is needed before the gap is read as settled). None with
-    fewer than two budgets."""
-    if len(by_budget) < 2:
-        return None
-    (low, before), (high, after) = sorted(by_budget.items())[-2:]
-    earlier = {g["a"]: g for g in before["gaps"]}
-    cells = {}
-    for gap in after["gaps"]:
-        if gap["a"] in earlier and not gap["untested"]:
-            change, half_width = gap["mean"] - earlier[gap["a"]]["mean"], (gap["high"] - gap["low"]) / 2
-            cells[gap["a"]] = {"change": change, "half_width": half_width, "moved": abs(change) > half_width}
-    return {"from": low, "to": high, "cells": cells}
+def gap_moves(by_budget: dict) -> list[dict]:
+    """Whether the ranking was read where it had stopped moving: for each budget after the first, each cell's
+    paired gap to the reference there minus at the budget before, on the seeds both have (extra budgets have
+    fewer), and whether that change is larger than the half-width of the later budget's interval for the gap
+    (then the gap was still moving)."""
+    moves = []
+    for (low, before), (high, after) in itertools.pairwise(sorted(by_budget.items())):
+        earlier = {g["a"]: g for g in before["gaps"]}
+        cells = {}
+        for gap in after["gaps"]:
+            if gap["a"] not in earlier or gap["untested"]:
+                continue
+            same_seeds = [d for seed, d in zip(earlier[gap["a"]]["seeds"], earlier[gap["a"]]["differences"],
+                                               strict=True) if seed in gap["seeds"]]
+            change, half_width = gap["mean"] - float(np.mean(same_seeds)), (gap["high"] - gap["low"]) / 2
+            cells[gap["a"]] = {"change": change, "half_width": half_width, "moved": bool(abs(change) > half_width),
+                               "seeds": len(gap["seeds"])}
+        moves.append({"from": low, "to": high, "cells": cells})
+    return moves
 
 
 FAMILY_NOTES = {
@@ -249,7 +253,9 @@ def header_lines(ablate: "AblateConfig", plan: list[StudyRun], records: list[dic
         + f"; n_layer {model_config.n_layer}, n_head "
         f"{model_config.n_head}, n_embd {model_config.n_embd}, block_size {model_config.block_size}, batch "
         f"{first.batch_size}, learning rate {first.learning_rate:g}, {schedule}; the tables' budget {budget} per run"
-        + (f" (budgets {', '.join(map(str, budgets))})" if len(budgets) > 1 else "") + f"; seeds "
+        + (f" (budgets {', '.join(map(str, budgets))})" if len(budgets) > 1 else "")
+        + (f"; extra budgets {', '.join(map(str, ablate.extra_budgets))} for {', '.join(ablate.extra_variants)} "
+           f"on their first {ablate.extra_seeds} seeds" if ablate.extra_budgets else "") + f"; seeds "
         f"{seeds[0]}..{seeds[-1]} for every cell (one seed gives every cell the same initialisation of the shared "
         f"weights and the same batches). Compute at this budget: {train_minutes:.1f} min of training and "
         f"{eval_minutes:.1f} min of evaluation in all; the whole study (every budget"
@@ -311,17 +317,21 @@ def budget_table(budgets: dict, study: dict) -> list[str]:
 
 
 def moves_text(budgets: dict, study: dict) -> list[str]:
-    moves, labels = budgets.get("moves"), study["labels"]
-    if not moves or not moves["cells"]:
-        return []
-    changes = [f"{labels.get(cell, cell)} {m['change']:+.4f} (±{m['half_width']:.4f}{', moved' * m['moved']})"
-               for cell, m in moves["cells"].items()]
-    moved = [labels.get(cell, cell) for cell, m in moves["cells"].items() if m["moved"]]
-    return ["", f"Change of each gap to {labels.get(budgets['reference'], budgets['reference'])} from "
-            f"{moves['from']} to {moves['to']} steps (± the half-width of its interval at {moves['to']}): "
-            f"{', '.join(changes)}. "
-            + (f"Moved by more than that interval: {', '.join(moved)}; those gaps were still moving at the largest "
-               "budget." if moved else "No gap moved by more than its interval.")]
+    labels = study["labels"]
+    reference = labels.get(budgets["reference"], budgets["reference"])
+    lines = []
+    for moves in budgets.get("moves", []):
+        if not moves["cells"]:
+            continue
+        changes = [f"{labels.get(cell, cell)} {m['change']:+.4f} (±{m['half_width']:.4f}{', moved' * m['moved']})"
+                   for cell, m in moves["cells"].items()]
+        moved = [labels.get(cell, cell) for cell, m in moves["cells"].items() if m["moved"]]
+        seeds = "/".join(sorted({str(m["seeds"]) for m in moves["cells"].values()}))
+        lines += ["", f"Change of each gap to {reference} from {moves['from']} to {moves['to']} steps, on the "
+                  f"{seeds} seeds both have (± the half-width of its interval at {moves['to']}): {', '.join(changes)}. "
+                  + (f"Moved by more than that interval: {', '.join(moved)}." if moved else
+                     "No gap moved by more than its interval.")]
+    return lines
 
 
 def last_budgets_change(budgets: dict, study: dict) -> str:

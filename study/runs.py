@@ -47,6 +47,8 @@ NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name"
 # AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
 OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list_runs", "overwrite",
                "eval_batch_size", "reference", "time_limit", "keep_checkpoints")
+# In a study's identity only when extra_budgets is set (study.json files from before them lack them).
+EXTRA_FIELDS = ("extra_budgets", "extra_variants", "extra_seeds")
 STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite
 RESULT_FILES = ("results.md", "results.csv", "results.json")
 RUN_RECORDS = (DONE_FILE, "eval.json")
@@ -175,7 +177,11 @@ def study_identity(ablate: "AblateConfig", train_config: TrainConfig, model_conf
     cells start from (less what the plan sets per run), and the data."""
     base = config_settings(with_resolved_dtype(train_config), model_config)
     base["train_config"] = {k: v for k, v in base["train_config"].items() if k not in PER_RUN}
-    return {"ablate_config": {k: v for k, v in asdict(ablate).items() if k not in OPERATIONAL}, **base}
+    settings = {k: v for k, v in asdict(ablate).items() if k not in OPERATIONAL}
+    if not ablate.extra_budgets:  # without them, the study that study.json files from before these fields name
+        for name in EXTRA_FIELDS:
+            del settings[name]
+    return {"ablate_config": settings, **base}
 
 
 def claim_study(ablate: "AblateConfig", identity: dict, cells: list[str]) -> None:

@@ -232,6 +232,39 @@ def test_wsd_branch_is_the_run_trained_from_scratch(tmp_path, data_dir):
     assert f"Change of the mean loss from 8 to 12 steps: rope {(means[1] - means[0]) / means[0]:+.2%}." in text
 
 
+def test_extra_budgets_extend_some_cells_on_their_first_seeds_after_the_whole_plan(tmp_path, data_dir):
+    """extra_budgets (the issue's check of whether the largest budget still moves): the plan is the study's, then
+    the chosen cells' first seeds go on from their last constant-rate run to the larger budget; the report shows
+    that budget for those cells alone, and each gap's change on the seeds both budgets have."""
+    root = study_root(tmp_path, data_dir)
+    ablate_config, train_config, model_config = tiny(root, variants=["learned", "rope", "none"], budgets=[8],
+                                                     extra_budgets=[12], extra_variants=["learned", "rope"],
+                                                     seeds=3, extra_seeds=2)
+    train_config = replace(train_config, lr_schedule="wsd", wsd_decay_fraction=0.5)
+    plan = ablate.run_plan(ablate_config, train_config, model_config)
+    regular = ablate.run_plan(replace(ablate_config, extra_budgets=[], extra_variants=[]), train_config, model_config)
+    assert plan[:len(regular)] == regular
+    assert [(r.variant, r.seed, r.role, r.budget, r.start_from and r.start_from.name) for r in plan[len(regular):]] \
+        == [(cell, seed, role, budget, start) for seed in (1337, 1338) for cell in ("learned", "rope")
+            for role, budget, start in (("stable", 6, "stable4"), ("run", 12, "stable6"))]
+    result = run_study(ablate_config, train_config, model_config)
+    at_12 = result["budgets"]["by_budget"][12]
+    assert [(row["variant"], row["seeds"]) for row in at_12["rows"]] == [("learned", [1337, 1338]),
+                                                                          ("rope", [1337, 1338])]
+    [move] = [m for m in result["budgets"]["moves"] if m["to"] == 12]
+    [rope_8] = [g for g in result["budgets"]["by_budget"][8]["gaps"] if g["a"] == "rope"]
+    [rope_12] = at_12["gaps"]
+    assert rope_8["seeds"] == [1337, 1338, 1339] and rope_12["seeds"] == [1337, 1338]
+    assert move["cells"]["rope"]["change"] == pytest.approx(rope_12["mean"] - np.mean(rope_8["differences"][:2]))
+    assert "rope" in (tmp_path / "study" / "results.md").read_text().split("from 8 to 12 steps")[1]
+    with pytest.raises(ablate.OptionError, match="extra_variants: 'alibi' is not a cell of this study"):
+        ablate.run_plan(replace(ablate_config, extra_variants=["alibi"]), train_config, model_config)
+    for bad, message in (({"extra_budgets": [8]}, "larger than every one of budgets"),
+                         ({"extra_variants": []}, "give both"), ({"extra_seeds": 4}, "must be 1..seeds=3")):
+        with pytest.raises(ValueError, match=message):
+            replace(ablate_config, **bad)
+
+
 def test_cosine_budgets_are_separate_whole_schedules(tmp_path, data_dir):
     ablate_config, train_config, model_config = tiny(tmp_path, seeds=1, budgets=[4, 8])
     plan = ablate.run_plan(ablate_config, train_config, model_config)
@@ -579,22 +612,31 @@ def test_cells_that_tokenize_differently_are_compared_in_bits_per_byte():
     assert row["unit"] == "nats/token" and row["mean"] == pytest.approx(np.mean([char[s] - bpe[s] for s in (1, 2, 3)]))
 
 
-def test_a_gap_that_moves_more_than_its_interval_between_the_last_two_budgets_is_named():
-    """The issue's rule for when the ranking has stopped moving: a cell's gap to the reference at the largest
-    budget minus at the one before, against the half-width of the largest budget's interval for it."""
+def test_a_gap_that_moves_more_than_its_interval_between_budgets_is_named():
+    """The issue's rule for when the ranking has stopped moving: a cell's gap to the reference at a budget minus
+    at the one before, on the seeds both have (an extra budget has fewer), against the half-width of the later
+    budget's interval for it."""
     from study import report as study_report
 
-    def gap(cell, mean, half):
-        return {"a": cell, "mean": mean, "low": mean - half, "high": mean + half, "untested": None}
+    def gap(cell, differences, half):
+        mean = float(np.mean(differences))
+        return {"a": cell, "seeds": list(range(len(differences))), "differences": differences, "mean": mean,
+                "low": mean - half, "high": mean + half, "untested": None}
 
-    by_budget = {1000: {"gaps": [gap("rope", -0.20, 0.01), gap("none", 0.30, 0.02)]},
-                 2000: {"gaps": [gap("rope", -0.15, 0.01), gap("none", 0.31, 0.02)]},
-                 4000: {"gaps": [gap("rope", -0.12, 0.02), gap("none", 0.30, 0.02), gap("t5", 0.0, 0.01)]}}
-    moves = study_report.gap_moves(by_budget)
-    assert (moves["from"], moves["to"]) == (2000, 4000) and sorted(moves["cells"]) == ["none", "rope"]
-    assert moves["cells"]["rope"]["change"] == pytest.approx(0.03) and moves["cells"]["rope"]["moved"]
-    assert moves["cells"]["none"]["change"] == pytest.approx(-0.01) and not moves["cells"]["none"]["moved"]
-    assert study_report.gap_moves({1000: by_budget[1000]}) is None
-    [text] = study_report.moves_text({"reference": "learned", "moves": moves}, {"labels": {"rope": "RoPE"}})[1:]
-    assert "RoPE +0.0300 (±0.0200, moved), none -0.0100 (±0.0200)" in text
-    assert text.endswith("Moved by more than that interval: RoPE; those gaps were still moving at the largest budget.")
+    by_budget = {2000: {"gaps": [gap("rope", [-0.16, -0.14, -0.10, -0.30], 0.01), gap("none", [0.31, 0.31], 0.02)]},
+                 4000: {"gaps": [gap("rope", [-0.12, -0.12, -0.12, -0.12], 0.02), gap("none", [0.30, 0.30], 0.02),
+                                 gap("t5", [0.0, 0.0], 0.01)]},
+                 8000: {"gaps": [gap("rope", [-0.11, -0.12], 0.05)]}}
+    first, second = study_report.gap_moves(by_budget)
+    assert (first["from"], first["to"], second["from"], second["to"]) == (2000, 4000, 4000, 8000)
+    assert sorted(first["cells"]) == ["none", "rope"]  # t5 has no gap at 2000
+    assert first["cells"]["rope"]["change"] == pytest.approx(-0.12 - np.mean([-0.16, -0.14, -0.10, -0.30]))
+    assert first["cells"]["rope"]["moved"] and not first["cells"]["none"]["moved"]
+    # 8000 has seeds 0 and 1: its gap minus 4000's on those two seeds (-0.12), not on all four
+    assert second["cells"]["rope"]["change"] == pytest.approx(0.005) and not second["cells"]["rope"]["moved"]
+    assert study_report.gap_moves({1000: by_budget[2000]}) == []
+    lines = study_report.moves_text({"reference": "learned", "moves": [first, second]}, {"labels": {"rope": "RoPE"}})
+    assert "from 2000 to 4000 steps, on the 2/4 seeds both have" in lines[1]
+    assert "RoPE +0.0550 (±0.0200, moved), none -0.0100 (±0.0200)" in lines[1]
+    assert lines[1].endswith("Moved by more than that interval: RoPE.")
+    assert lines[3].endswith("RoPE +0.0050 (±0.0500). No gap moved by more than its interval.")

@@ -249,3 +249,33 @@ def test_the_plan_view_prices_runs_from_the_finished_ones(reference, tmp_path, c
 
 def steps_of(run: dict) -> int:
     return {"stable3": 3, "stable6": 3}[run.dir.name]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(),
+                    reason="the committed studies ran on a CPU; on a GPU 'auto' is another dtype, another study")
+def test_every_committed_study_is_the_one_its_config_describes(monkeypatch):
+    """A fresh clone continues a committed study (docs/) with its config alone: the study.json there must equal
+    what the config describes now, or the rerun is refused as another study. A setting added to AblateConfig
+    later must leave the identity of a study that does not use it as it was (study_runs.EXTRA_FIELDS)."""
+    from options import parse_options
+    from study.config import PER_RUN
+
+    monkeypatch.chdir(ROOT)
+    checked = []
+    for path in sorted((ROOT / "config").glob("ablate_*.py")):
+        settings, train_config, model_config = parse_options(
+            [str(path)], (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py", description="",
+            skip=tuple(set(PER_RUN) - {"overwrite"}))
+        stored = Path(settings.study_dir) / study_runs.STUDY_FILE
+        if not stored.is_file():
+            continue
+        identity = json.loads(json.dumps(study_runs.study_identity(settings, train_config, model_config)))
+        recorded = json.loads(stored.read_text())
+        cells = recorded["ablate_config"].pop("cells")
+        assert identity == recorded, path.name
+        assert cells == [ablate.cell_name(cell) for cell in ablate.study_cells(settings)], path.name
+        checked.append(path.name)
+    assert "ablate_positions_budgets.py" in checked and len(checked) >= 5
