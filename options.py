@@ -75,8 +75,14 @@ def convert_value(name: str, value: object, hint: object) -> object:
                 pass
         raise OptionError(f"--{name}={value!r}: expected {hint}")
     if origin is list:
-        if isinstance(value, str):
-            value = ast.literal_eval(value) if value.startswith("[") else [v for v in value.split(",") if v]
+        if isinstance(value, str) and value.startswith("["):
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                raise OptionError(f"--{name}={value}: not a list literal; quote its strings ('[\"a\", \"b\"]') or "
+                                  "give a,b,c") from None
+        elif isinstance(value, str):
+            value = [v for v in value.split(",") if v]
         if not isinstance(value, (list, tuple)):
             raise OptionError(f"--{name}={value!r}: expected a list like a,b,c")
         return [convert_value(name, v, args[0]) for v in value]

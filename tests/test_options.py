@@ -423,3 +423,12 @@ def test_unknown_option_on_the_command_line_exits_2_without_traceback(script_env
     assert result.returncode == 2
     assert "did you mean 'n_layer'" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("text", ["[bogus]", '["rope", "none"', "[1, (]", "[" * 2000 + "]" * 2000])
+def test_a_list_flag_that_is_no_literal_is_one_line(text):
+    """--variants=[bogus] (an unquoted name) raised ast's ValueError as a traceback; a flag is the user's text."""
+    with pytest.raises(OptionError, match=r"^--variants=.*: not a list literal; quote its strings"):
+        options.convert_value("variants", text, list[str])
+    assert options.convert_value("variants", '["rope", "none"]', list[str]) == ["rope", "none"]
+    assert options.convert_value("budgets", "[1000, 2000]", list[int]) == [1000, 2000]
