@@ -211,6 +211,23 @@ def wait_for_training(process: subprocess.Popen, metrics: Path, lines: int) -> N
         time.sleep(0.05)
 
 
+def wait_for_handler(process: subprocess.Popen, signum: int, timeout: float = 60) -> None:
+    """Until the process catches signum (its SigCgt mask in /proc, on Linux): the moment train.py's stop handler is
+    in place. A fixed sleep raced it on a loaded machine, where the default action ends the process at once."""
+    status = Path(f"/proc/{process.pid}/status")
+    if not status.exists():  # no /proc: a generous sleep instead
+        time.sleep(5)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None, process.communicate()
+        caught = next(line for line in status.read_text().splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) >> (signum - 1) & 1:
+            return
+        assert time.monotonic() < deadline, f"signal {signum} not caught after {timeout} s"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_sigterm_saves_and_exits_143(run_copy, script_env):
     lines = len((run_copy / "run" / "metrics.jsonl").read_text().splitlines())
@@ -516,7 +533,8 @@ def test_sigterm_during_a_long_compiled_evaluation_exits_143_within_seconds(run_
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**script_env, "PYTHONUNBUFFERED": "1"})
     try:
         assert "parameters" in process.stdout.readline()  # set up: the evaluation at iteration 4 starts
-        time.sleep(1.0)
+        wait_for_handler(process, signal.SIGTERM)
+        time.sleep(1.0)  # into the evaluation's compilation or its batches
         signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)
         stdout, stderr = process.communicate(timeout=60)
