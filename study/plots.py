@@ -85,7 +85,8 @@ def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str
 
 
 def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict) -> str:
-    """Mean val loss against eval length, one panel per protocol, with the seed interval as a band."""
+    """Mean loss on the study's split against eval length, one panel per protocol, with the seed interval as a
+    band."""
     plt = pyplot()
     block_size, lengths, protocols = study["block_size"], study["lengths"], study["ablate_config"]["protocols"]
     fig, axes = plt.subplots(1, len(protocols), figsize=(7.5 * len(protocols), 6), sharey=True, squeeze=False)
@@ -104,7 +105,7 @@ def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict) -> str:
         what = ("whole window as context" if protocol == "nonoverlapping"
                 else f"at most {study['window']} tokens per forward")
         ax.set_title(f"{protocol}: {what}")
-        ax.set_ylabel("mean val loss, whole val split (nats/token)")
+        ax.set_ylabel(f"mean {study['split']} loss, whole {study['split']} split (nats/token)")
         ax.legend()
     fig.suptitle(f"Loss against eval length (final models; {BAND})")
     fig.tight_layout()
@@ -189,7 +190,7 @@ def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cel
             ax.set_xlabel("position in the window" + (f" ({width}-position moving mean)" if width > 1 else ""))
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=9)
-        top.set_ylabel("mean val loss (nats/token)")
+        top.set_ylabel(f"mean {study['split']} loss (nats/token)")
         bottom.set_ylabel("loss difference (nats/token); negative: better")
     fig.suptitle(f"Loss at each position of the eval windows\n(final models; {BAND})")
     fig.tight_layout()
@@ -312,7 +313,7 @@ def plot_sweep(study_dir: Path, rows: list[dict], records: list[dict], study: di
             ax.set_xticks(x, [f"{v:g}" for v in x])
             ax.minorticks_off()
             ax.set_xlabel(name)
-            ax.set_ylabel("mean val loss (nats/token)")
+            ax.set_ylabel(f"mean {study['split']} loss (nats/token)")
             ax.set_title(f"non-overlapping, L = {n} ({n / block_size:g}x)")
     seeds = len({r["seed"] for r in records})
     fig.suptitle(f"Sweep (final models, {seeds} seeds; error bars: {CONFIDENCE:.0%} t interval of the mean)")

@@ -640,3 +640,18 @@ def test_a_gap_that_moves_more_than_its_interval_between_budgets_is_named():
     assert "RoPE +0.0550 (±0.0200, moved), none -0.0100 (±0.0200)" in lines[1]
     assert lines[1].endswith("Moved by more than that interval: RoPE.")
     assert lines[3].endswith("RoPE +0.0050 (±0.0500). No gap moved by more than its interval.")
+
+
+@pytest.mark.parametrize("split", ["test", "val"])
+def test_the_loss_plots_name_the_split_the_study_scored(tmp_path, monkeypatch, split):
+    """loss_vs_length.png said "val" for a study scored on test (stage 2 of the position study)."""
+    from study import plots as study_plots
+
+    drawn = []
+    monkeypatch.setattr(study_plots, "save", lambda fig, path: drawn.append(fig))
+    rows = [{"variant": "rope", "loss": {"nonoverlapping 64": (1.6, 0.01), "nonoverlapping 128": (1.8, 0.02)}}]
+    study = {"block_size": 64, "lengths": [64, 128], "ablate_config": {"protocols": ["nonoverlapping"]},
+             "window": 64, "split": split}
+    study_plots.plot_loss_vs_length(tmp_path, rows, study)
+    [axes] = [fig.axes for fig in drawn]
+    assert axes[0].get_ylabel() == f"mean {split} loss, whole {split} split (nats/token)"
