@@ -13,7 +13,7 @@ import torch
 
 from files import write_atomic
 from study import plots as ablate_plots
-from study.config import AblateConfig
+from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
 from study.plan import StudyRun
@@ -182,12 +182,16 @@ def budget_summary(records: list[dict], study: dict, ablate: "AblateConfig") -> 
     cell (with the TOST verdict when a margin is set); the data of the loss- and gap-against-tokens plots."""
     block_size, cells = study["block_size"], study["cells"]
     reference = ablate.reference or cells[0]
+    longer = [n for n in study["lengths"] if n > block_size] if set(PROTOCOLS) <= set(ablate.protocols) else []
     by_budget = {}
     for budget in sorted({r["budget"] for r in records}):
         runs = [r for r in records if r["budget"] == budget]
         pairs = [((c, "nonoverlapping"), (reference, "nonoverlapping")) for c in cells if c != reference]
+        itself = [((c, "nonoverlapping"), (c, "sliding")) for c in cells]
         by_budget[budget] = {"rows": summarize(runs, [block_size], ["nonoverlapping"], study["labels"]),
-                             "gaps": comparisons(runs, pairs, [block_size], ablate.equivalence_margin)}
+                             "gaps": comparisons(runs, pairs, [block_size], ablate.equivalence_margin),
+                             # past block_size at every budget: does longer training make reading further worse?
+                             "extrapolation": comparisons(runs, itself, longer)}
     return {"reference": reference, "by_budget": by_budget, "moves": gap_moves(by_budget)}
 
 
@@ -313,7 +317,26 @@ def budget_table(budgets: dict, study: dict) -> list[str]:
             cells.append(text)
         table.append(cells)
     return lines + markdown_table(columns, table) + ["", last_budgets_change(budgets, study)] + moves_text(
-        budgets, study)
+        budgets, study) + extrapolation_table(budgets, study)
+
+
+def extrapolation_table(budgets: dict, study: dict) -> list[str]:
+    """Each cell's whole window minus its own sliding window past block_size, at every budget."""
+    entries = [(budget, row) for budget, entry in budgets["by_budget"].items()
+               for row in entry.get("extrapolation", [])]
+    if not entries:
+        return []
+    labels, block_size = study["labels"], study["block_size"]
+    columns = list(dict.fromkeys((budget, row["length"]) for budget, row in entries))
+    found = {(row["a"], budget, row["length"]): row for budget, row in entries}
+    lines = ["", "Past the training length at each budget: the whole window minus the same model's sliding window "
+             "(nats/token, paired by seed; positive: the longer context hurts).", ""]
+    table = [[labels.get(cell, cell)] + [
+        "" if (cell, budget, n) not in found else
+        f"{found[cell, budget, n]['mean']:+.4f} {interval_text(found[cell, budget, n])}" for budget, n in columns]
+        for cell in dict.fromkeys(row["a"] for _, row in entries)]
+    head = [f"{budget} steps, {length_label(n, block_size)}" for budget, n in columns]
+    return lines + markdown_table(["cell"] + head, table)
 
 
 def moves_text(budgets: dict, study: dict) -> list[str]:

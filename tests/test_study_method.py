@@ -655,3 +655,37 @@ def test_the_loss_plots_name_the_split_the_study_scored(tmp_path, monkeypatch, s
     study_plots.plot_loss_vs_length(tmp_path, rows, study)
     [axes] = [fig.axes for fig in drawn]
     assert axes[0].get_ylabel() == f"mean {split} loss, whole {split} split (nats/token)"
+
+
+def test_past_the_training_length_is_reported_at_every_budget():
+    """Each cell's whole window minus its own sliding window at each budget (stage 2 found it growing with the
+    budget for every encoding but ALiBi): scipy's paired interval on the seeds' differences."""
+    from study import report as study_report
+
+    rng = np.random.default_rng(1)
+    records = []
+    for budget in (1000, 2000):
+        for cell in ("learned", "rope"):
+            for seed in (1, 2, 3):
+                whole, sliding = 1.8 + rng.normal(0, 0.05), 1.7 + rng.normal(0, 0.01)
+                longer = {} if cell == "learned" else {"128": {"loss": whole}}
+                records.append({
+                    "variant": cell, "seed": seed, "budget": budget, "parameters": 10, "tokens_per_iter": 768,
+                    "iter_num": budget, "train_seconds": 1.0, "tokens_per_sec": 1.0,
+                    "eval": {"tokens": 1000, "bytes": 1000, "chars": 1000, "protocols": {
+                        "nonoverlapping": {"64": {"loss": 1.6}, "128": None if cell == "learned" else longer["128"]},
+                        "sliding": {"64": {"loss": 1.6}, "128": {"loss": sliding}}}}})
+    study = {"block_size": 64, "cells": ["learned", "rope"], "labels": {}, "lengths": [64, 128]}
+    budgets = study_report.budget_summary(records, study, AblateConfig(variants=["learned", "rope"]))
+    for budget in (1000, 2000):
+        [row] = budgets["by_budget"][budget]["extrapolation"]
+        runs = [r for r in records if r["budget"] == budget and r["variant"] == "rope"]
+        differences = [r["eval"]["protocols"]["nonoverlapping"]["128"]["loss"]
+                       - r["eval"]["protocols"]["sliding"]["128"]["loss"] for r in runs]
+        low, high = stats.t.interval(0.95, 2, loc=np.mean(differences), scale=stats.sem(differences))
+        assert (row["a"], row["length"]) == ("rope", 128)
+        assert (row["mean"], row["low"], row["high"]) == pytest.approx((np.mean(differences), low, high))
+    lines = study_report.extrapolation_table(budgets, {**study, "labels": {"rope": "RoPE"}})
+    assert lines[3] == "| cell | 1000 steps, L=128 (2x) | 2000 steps, L=128 (2x) |"
+    assert lines[5].startswith(f"| RoPE | {budgets['by_budget'][1000]['extrapolation'][0]['mean']:+.4f} [")
+    assert len(lines) == 6  # learned has no whole window past its table: no row
