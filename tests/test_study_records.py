@@ -258,8 +258,9 @@ ROOT = Path(__file__).resolve().parent.parent
                     reason="the committed studies ran on a CPU; on a GPU 'auto' is another dtype, another study")
 def test_every_committed_study_is_the_one_its_config_describes(monkeypatch):
     """A fresh clone continues a committed study (docs/) with its config alone: the study.json there must equal
-    what the config describes now, or the rerun is refused as another study. A setting added to AblateConfig
-    later must leave the identity of a study that does not use it as it was (study_runs.EXTRA_FIELDS)."""
+    what the config describes now (with the data it recorded), or the rerun is refused as another study. A setting
+    added to AblateConfig later must leave the identity of a study that does not use it as it was
+    (study_runs.EXTRA_FIELDS)."""
     from options import parse_options
     from study.config import PER_RUN
 
@@ -272,8 +273,11 @@ def test_every_committed_study_is_the_one_its_config_describes(monkeypatch):
         stored = Path(settings.study_dir) / study_runs.STUDY_FILE
         if not stored.is_file():
             continue
-        identity = json.loads(json.dumps(study_runs.study_identity(settings, train_config, model_config)))
         recorded = json.loads(stored.read_text())
+        # The prepared data's identity is the machine's (a fresh clone has none prepared): the configs are checked.
+        monkeypatch.setattr(study_runs, "resolve_data_dir", lambda dataset: dataset)
+        monkeypatch.setattr(study_runs, "read_description", lambda data_dir, data=recorded["data"]: data)
+        identity = json.loads(json.dumps(study_runs.study_identity(settings, train_config, model_config)))
         cells = recorded["ablate_config"].pop("cells")
         assert identity == recorded, path.name
         assert cells == [ablate.cell_name(cell) for cell in ablate.study_cells(settings)], path.name
