@@ -56,7 +56,7 @@ def study_column(results: dict, budget: int) -> dict[str, dict]:
         factor = bits / loss
         gap = next((g for g in entry["gaps"] if g["a"] == row["variant"]), None)
         column[row["variant"]] = {
-            "bits": bits, "half": half, "seeds": len(row["seeds"]), "factor": factor,
+            "bits": bits, "half": half, "seeds": len(row["seeds"]),
             "gap": None if gap is None else {
                 "mean": gap["mean"] * factor, "low": gap["low"] * factor, "high": gap["high"] * factor,
                 "wins": gap["a_wins"], "n": gap["n"]}}
