@@ -19,6 +19,7 @@ from pathlib import Path
 from study.config import AblateConfig
 from study.evaluation import protocol_window, sliding_geometry
 from study.plan import STABLE, StudyRun, tokens_per_iter
+from study.report import CHECKPOINT
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
 from train import train
@@ -32,6 +33,24 @@ def steps_to_train(run: StudyRun, by_dir: dict[Path, dict]) -> int:
     continues = run.start_from is not None and not run.finetune
     start = by_dir[run.start_from].train_config.max_iters if continues else 0
     return run.train_config.max_iters - start
+
+
+def rebuild_steps(plan: list[StudyRun], finished: list[dict | None]) -> list[int]:
+    """Steps each run still to train first spends training again the checkpoints it starts from that are not on
+    disk (a repository keeps records, not checkpoints: runs/rebuild_checkpoint); a checkpoint shared by several
+    runs is counted at the first of them in plan order, as the first to start rebuilds it."""
+    by_dir = {run.dir: run for run in plan}
+    done = {run.dir for run, record in zip(plan, finished, strict=True) if record is not None}
+    counted, steps = set(), []
+    for run in plan:
+        start, own = run.start_from, 0
+        while run.dir not in done and start in done and start not in counted \
+                and not (start / CHECKPOINT).is_file():
+            counted.add(start)
+            own += steps_to_train(by_dir[start], by_dir)
+            start = by_dir[start].start_from
+        steps.append(own)
+    return steps
 
 
 def forward_tokens(run: StudyRun, ablate: "AblateConfig") -> float:
@@ -73,7 +92,7 @@ def run_estimates(plan: list[StudyRun], ablate: "AblateConfig", finished: list[d
               if r and "eval" in r]
     per_token = [seconds / tokens for seconds, tokens in scored if tokens > 0]
     estimates = []
-    for run, record in zip(plan, finished, strict=True):
+    for run, record, rebuilt in zip(plan, finished, rebuild_steps(plan, finished), strict=True):
         done = record is not None and (run.role == STABLE or "eval" in record)
         if done:
             estimates.append(0.0)
@@ -82,23 +101,30 @@ def run_estimates(plan: list[StudyRun], ablate: "AblateConfig", finished: list[d
             step_seconds = probe_step_seconds(run)
         token_seconds = statistics.median(per_token) if per_token else step_seconds / (
             3 * tokens_per_iter(run.train_config, run.model_config))
-        train_part = 0 if record is not None else steps_to_train(run, by_dir) * step_seconds
+        train_part = 0 if record is not None else (steps_to_train(run, by_dir) + rebuilt) * step_seconds
         estimates.append(train_part + forward_tokens(run, ablate) * token_seconds)
     return estimates
 
 
-def plan_view(plan: list[StudyRun], estimates: list[float], jobs: int) -> str:
-    """--list_runs: each run with its steps and estimate, and the stage's total on this machine with --jobs."""
+def plan_view(plan: list[StudyRun], estimates: list[float], rebuilt: list[int], jobs: int) -> str:
+    """--list_runs: each run with its steps (and those of the checkpoints it trains again first, rebuilt[i]) and
+    estimate, and the stage's total on this machine with --jobs."""
     by_dir = {run.dir: run for run in plan}
-    lines = [f"{i}\t{run.variant}\tseed {run.seed}\t{run.dir}\t"
-             + ("finished" if seconds == 0 else f"{steps_to_train(run, by_dir)} steps, ~{seconds / 60:.1f} min")
-             for i, (run, seconds) in enumerate(zip(plan, estimates, strict=True))]
+
+    def steps_text(i: int) -> str:
+        again = f" (+{rebuilt[i]} to train its start's checkpoint again)" if rebuilt[i] else ""
+        return f"{steps_to_train(plan[i], by_dir)} steps{again}, ~{estimates[i] / 60:.1f} min"
+
+    lines = [f"{i}\t{run.variant}\tseed {run.seed}\t{run.dir}\t" + ("finished" if estimates[i] == 0 else steps_text(i))
+             for i, run in enumerate(plan)]
     left = [i for i, seconds in enumerate(estimates) if seconds > 0]
     steps = sum(steps_to_train(plan[i], by_dir) for i in left)
+    again = sum(rebuilt[i] for i in left)
+    again_text = f" and {again:,} to train missing checkpoints again" if again else ""
     total = sum(estimates)
     # The count last: scripts read it (tail -1 | cut -d' ' -f1, as the README's job array does).
-    return "\n".join([*lines, f"{len(plan) - len(left)} finished, {len(left)} to run: {steps:,} steps, about "
-                      f"{total / 60:.0f} min of one process, {total / 60 / jobs:.0f} min with --jobs={jobs}",
+    return "\n".join([*lines, f"{len(plan) - len(left)} finished, {len(left)} to run: {steps:,} steps{again_text}, "
+                      f"about {total / 60:.0f} min of one process, {total / 60 / jobs:.0f} min with --jobs={jobs}",
                       f"{len(plan)} runs: --run_index=0..{len(plan) - 1} (sbatch --array=0-{len(plan) - 1})"])
 
 

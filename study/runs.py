@@ -32,7 +32,7 @@ from errors import OptionError, UserError
 from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
 from gpt.model import GPTConfig
 from study.config import PER_RUN, AblateConfig, parse_time_limit
-from study.cost import OutOfTime, TimeBox, plan_view, run_estimates
+from study.cost import OutOfTime, TimeBox, plan_view, rebuild_steps, run_estimates
 from study.evaluation import eval_lengths, evaluate_model, sliding_geometry, target_counts
 from study.plan import STABLE, StudyRun, tokens_per_iter
 from study.report import CHECKPOINT
@@ -655,7 +655,8 @@ def study_records(plan: list[StudyRun], ablate: "AblateConfig", train_config: Tr
     check_modes(plan, ablate)
     code_version()  # before any run: the code this process imported
     if ablate.list_runs:
-        print(plan_view(plan, run_estimates(plan, ablate, records_on_disk(plan, ablate)), ablate.jobs))
+        finished = records_on_disk(plan, ablate)
+        print(plan_view(plan, run_estimates(plan, ablate, finished), rebuild_steps(plan, finished), ablate.jobs))
         return None, 0
     limit = parse_time_limit(ablate.time_limit)
     started = time.time()

@@ -323,7 +323,8 @@ def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, monkeypatch)
     estimates = study_cost.run_estimates(plan, configs[0], [None] * len(plan))
     assert all(seconds > 0 for seconds in estimates)  # the 0-step extension is still evaluated
     assert estimates[3] >= 2.0  # 2 steps at 1 s each, and its evaluation
-    assert study_cost.plan_view(plan, estimates, 2).splitlines()[-2].startswith("0 finished, 4 to run: 6 steps")
+    view = study_cost.plan_view(plan, estimates, [0] * len(plan), 2)
+    assert view.splitlines()[-2].startswith("0 finished, 4 to run: 6 steps")
 
 
 def test_from_cell_finetunes_each_seed_of_its_base(tmp_path, char_data):

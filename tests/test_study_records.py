@@ -247,6 +247,33 @@ def test_the_plan_view_prices_runs_from_the_finished_ones(reference, tmp_path, c
             assert seconds >= steps_of(run) * min(per_step) * 0.999
 
 
+def test_the_plan_view_prices_the_checkpoints_trained_again(reference, tmp_path, capsys, monkeypatch):
+    """Records alone (no checkpoint) with the last branch of one seed left to run: that branch first trains its
+    constant-rate run's checkpoint again, and that run's start's (3 + 3 steps), once for the two cells' branches
+    each, and --list_runs and the time box count those steps too."""
+    partial = tmp_path / "study"
+    copy_records(reference / "study", partial)
+    for branch in partial.glob("*/seed1338/8steps"):
+        shutil.rmtree(branch)
+    code, out, err = cli(ablate.main, flags(partial, reference / "data", list_runs=True), capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("14 finished, 2 to run: 4 steps and 12 to train missing checkpoints again")
+    assert sum("(+6 to train its start's checkpoint again)" in line for line in lines) == 2
+    plan = ablate.run_plan(*configs(partial, reference / "data"))
+    finished = study_runs.records_on_disk(plan, configs(partial, reference / "data")[0])
+    assert sum(study_cost.rebuild_steps(plan, finished)) == 12
+    for rebuilt in partial.glob("*/seed1338/stable6"):  # one checkpoint back: only the 3 steps after it again
+        (rebuilt.parent / "stable3" / "ckpt.pt").write_bytes(b"")
+    assert sorted(study_cost.rebuild_steps(plan, finished)) == [0] * 14 + [3, 3]
+    monkeypatch.setattr(study_cost, "probe_step_seconds", lambda run: pytest.fail("probed"))
+    estimates = study_cost.run_estimates(plan, configs(partial, reference / "data")[0], finished)
+    per_step = min(json.loads(p.read_text())["train_seconds"] / 3 for p in partial.glob("*/*/stable*/done.json"))
+    for run, seconds in zip(plan, estimates, strict=True):
+        if run.dir.name == "8steps" and run.seed == 1338:  # its 2 steps and the 3 trained again, at least
+            assert seconds >= 5 * per_step * 0.999
+
+
 def steps_of(run: dict) -> int:
     return {"stable3": 3, "stable6": 3}[run.dir.name]
 
