@@ -28,3 +28,12 @@ reference = "learned learning_rate=0.003"
 
 max_iters = 4000
 lr_decay_iters = 4000
+
+# Stage 2b: every cell's paired gap to learned moved between 2000 and 4000 steps by more than its interval
+# (docs/positions_budgets/results.md, "moves"), so by the rule every cell goes on to 8000 steps (a 6400-step
+# constant-rate run continuing the 3200-step one, and a 1600-step decay) on the first 3 seeds, after the whole plan.
+extra_budgets = [8000]
+extra_variants = ["learned learning_rate=0.003", "sinusoidal sinusoidal_amplitude=0.1 learning_rate=0.003",
+                  "sinusoidal sinusoidal_amplitude=0.02 learning_rate=0.001", "rope learning_rate=0.003",
+                  "alibi learning_rate=0.003", "t5 learning_rate=0.01", "none learning_rate=0.003"]
+extra_seeds = 3
