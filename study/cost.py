@@ -43,9 +43,9 @@ def rebuild_steps(plan: list[StudyRun], finished: list[dict | None]) -> list[int
     done = {run.dir for run, record in zip(plan, finished, strict=True) if record is not None}
     counted, steps = set(), []
     for run in plan:
-        start, own = run.start_from, 0
-        while run.dir not in done and start in done and start not in counted \
-                and not (start / CHECKPOINT).is_file():
+        own = 0
+        start = None if run.dir in done else run.start_from  # a trained run needs no start again
+        while start in done and start not in counted and not (start / CHECKPOINT).is_file():
             counted.add(start)
             own += steps_to_train(by_dir[start], by_dir)
             start = by_dir[start].start_from
