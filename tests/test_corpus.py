@@ -24,7 +24,8 @@ EOT = 50256
 # the tokens ("\n\u00a0" is one GPT-2 token). "<|endoftext|>" inside a document is plain text, not the separator.
 TRICKY = ("First line\n\n  indented\n\tTab\r\nWindows\n 1234 numbers\n\u00a0nbsp\n\u00a0 nbsp-space\n"
           "\u3000ideographic space\n"
-          "caf\u00e9 na\u00efve \u4f60\u597d\n\n\n's contraction\n<|endoftext|> literal\n   \n!bang\n")
+          "caf\u00e9 na\u00efve \u4f60\u597d\n\n\n's contraction\n<|endoftext|> literal\n   \n!bang\n"
+          "A paragraph.\n\n*Another* after a blank line,\r\n\r\nand a Windows one.\n")
 
 
 def encode(text: str) -> list[int]:
@@ -63,6 +64,7 @@ def documents_of(stream: list[int]) -> list[list[int]]:
 def test_line_start_before_end_by_hand():
     assert line_start_before_end(b"ab\ncd\nef") == 6
     assert line_start_before_end(b"ab\ncd\n ef\n\n") == 3  # a space or newline after the newline is no cut
+    assert line_start_before_end(b"ab\n\ncd\r\nef") == 0  # nor a whitespace before it ("\n\n" at the end is one piece)
     assert line_start_before_end(b"ab\n\xc3\xa9") == 0  # nor a non-ASCII character (it may be whitespace)
     assert line_start_before_end(b"abc") == line_start_before_end(b"") == line_start_before_end(b"\n") == 0
 

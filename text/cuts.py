@@ -2,7 +2,9 @@
 
 GPT-2's pre-tokenization (tokenizer.GPT2_PATTERN, used by the gpt2 and the learned bpe tokenizers) splits the text
 into pieces that no token crosses. Two kinds of places always start such a piece, whatever comes after:
-- after a newline, a printable ASCII character other than space: it never joins the whitespace before it;
+- a line start between two printable ASCII characters other than space ("x\nX" at X): the newline is a whitespace
+  run of one, a piece of its own whether X follows or the text ends there. A longer run is not: the whole splits
+  "x\n\nX" into "x", "\n", "\n", "X", but a text that ends in "x\n\n" ends in one piece, "\n\n" (another token);
 - a space after a printable ASCII character other than space: only whitespace runs hold a space that is not
   their first character, so the piece before ends there and the space starts the next.
 A text with neither for a long stretch (one 200 MB word) is cut at a character boundary: the tokens there may
@@ -25,11 +27,12 @@ def is_printable(byte: int) -> bool:
 
 
 def line_start_before_end(data: bytes) -> int:
-    """The last offset that follows a newline and holds a printable ASCII character other than space; 0 if none."""
-    cut = data.rfind(b"\n", 0, len(data) - 1)
-    while cut >= 0 and not is_printable(data[cut + 1]):
-        cut = data.rfind(b"\n", 0, cut)
-    return cut + 1
+    """The last offset that follows a newline and holds a printable ASCII character other than space, where the
+    newline follows one too; 0 if none."""
+    cut = data.rfind(b"\n", 1, len(data) - 1)
+    while cut >= 1 and not (is_printable(data[cut - 1]) and is_printable(data[cut + 1])):
+        cut = data.rfind(b"\n", 1, cut)
+    return max(cut + 1, 0)
 
 
 def word_start_before_end(data: bytes) -> int:
