@@ -1,4 +1,5 @@
-"""Shared pytest setup: import the flat-layout repo modules, and use the vendored tiktoken cache (offline)."""
+"""Shared pytest setup: import the flat-layout repo modules, one corpus for every test, and GPT-2's BPE only where
+TIKTOKEN_CACHE_DIR holds it (the tests read nothing outside the repository and never download)."""
 
 import os
 import sys
@@ -8,28 +9,26 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-_TIKTOKEN_CACHE = REPO_ROOT.parent / "shared" / "tiktoken_cache"
-if _TIKTOKEN_CACHE.is_dir():
-    # tiktoken downloads its BPE files unless they are in this cache; the tests must never touch the network.
-    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(_TIKTOKEN_CACHE))
-
-
 import pytest  # noqa: E402
 
-SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+# The first 30,000 characters of Python 3.11's help topics (pydoc_data.topics, under the PSF license), kept here so
+# that every machine tests on the same text: prose and code, blank lines, indentation and a few non-ASCII quotes.
+CORPUS = REPO_ROOT / "tests" / "fixtures" / "corpus.txt"
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked gpu run only where CUDA is available: CI and laptops skip them, `pytest -m gpu` on a GPU
-    machine runs them."""
+    machine runs them. Tests marked gpt2_bpe run only where TIKTOKEN_CACHE_DIR is set: tiktoken would download
+    GPT-2's BPE files otherwise, and the tests never touch the network."""
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    skips = {"gpu": None if torch.cuda.is_available() else "needs a CUDA GPU",
+             "gpt2_bpe": None if os.environ.get("TIKTOKEN_CACHE_DIR") else
+             "needs GPT-2's BPE files: set TIKTOKEN_CACHE_DIR to a folder of tiktoken's cache that holds them"}
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, reason in skips.items():
+            if reason and marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -47,12 +46,8 @@ def one_torch_thread():
 
 @pytest.fixture(scope="session")
 def corpus_text() -> str:
-    """About 30,000 characters of Tiny Shakespeare (Python's help topics where shared/ is missing)."""
-    if SHAKESPEARE.is_file():
-        return SHAKESPEARE.read_text(encoding="utf-8")[:30_000]
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[name] for name in sorted(topics))[:30_000]
+    """The corpus every test that needs real text reads (CORPUS)."""
+    return CORPUS.read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="session")

@@ -127,13 +127,14 @@ def test_eval_only_writes_nothing(run_copy, capsys, init_from):
 def test_resume_on_a_vocabulary_of_the_same_size_but_other_characters(run_copy, corpus_text, capsys):
     text = corpus_text[:5000]
     chars = CharTokenizer.from_text(text).chars
-    swapped = text.replace(chars[-1], "\u00e9")  # one character replaced by one the text lacks: same size
-    prepare(swapped, run_copy / "other", "char")
+    other = chr(ord(chars[-1]) + 1)  # the last character replaced by one the text lacks, also sorted last
+    prepare(text.replace(chars[-1], other), run_copy / "other", "char")
     assert json.loads((run_copy / "other" / "tokenizer.json").read_text())["vocab_size"] == len(chars)
     before = digests(run_copy / "run")
     result = cli(train_module.main, flags(run_copy / "run", run_copy / "other", init_from="resume", max_iters=8),
                  capsys)
-    assert_one_line_error(*result, "ckpt.pt", "other characters", repr(chars[-1]), repr("\u00e9"))
+    assert_one_line_error(*result, "ckpt.pt", "other characters", f"id {len(chars) - 1}", repr(chars[-1]),
+                          repr(other))
     assert digests(run_copy / "run") == before
 
 
