@@ -43,7 +43,9 @@ from training.checkpoint import load_checkpoint, read_checkpoint
 from training.devices import choose_device, choose_dtype
 from training.run_dir import DONE_FILE, Interrupted
 
-NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode")  # change no number
+# TrainConfig fields that change no number: where a run logs, and where its data lies and whether its batches are
+# prefetched (the data's description, with its splits' SHA-256s, says what data it is; prefetching is bit-identical).
+NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode", "dataset", "prefetch")
 # AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
 OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list_runs", "overwrite",
                "eval_batch_size", "reference", "time_limit", "keep_checkpoints")
@@ -78,9 +80,14 @@ def settings(run: StudyRun) -> dict:
 
 def config_settings(train_config: TrainConfig, model_config: GPTConfig) -> dict:
     """settings() of the configs alone (a study's base configs are no run)."""
-    description = read_description(resolve_data_dir(train_config.dataset))
     return {"train_config": {k: v for k, v in asdict(train_config).items() if k not in NEUTRAL},
-            "model_config": asdict(model_config), "data": description}
+            "model_config": asdict(model_config), "data": data_identity(train_config.dataset)}
+
+
+def data_identity(dataset: str) -> dict:
+    """The prepared data's description less the file it was prepared from: the same bytes prepared from another
+    path, on another machine, are the same data (the splits' SHA-256s say so), and no path goes into a record."""
+    return {k: v for k, v in read_description(resolve_data_dir(dataset)).items() if k != "source"}
 
 
 def changed_settings(stored: dict, current: dict) -> list[str]:
@@ -216,8 +223,9 @@ def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: 
     """Write study.json for identity over what a folder holds: nothing, or (with --overwrite=True) another
     study, whose results and plots go, or a damaged study.json."""
     if (stored is not None or damage) and not overwrite:
+        differ = sorted({*changed_settings(stored, identity), *changed_settings(identity, stored)}) if stored else []
         what = f"is damaged ({damage})" if damage else (
-            f"is another study: {', '.join(changed_settings(stored, identity))} differ; cells there: "
+            f"is another study: {', '.join(differ)} differ; cells there: "
             f"{', '.join(stored.get('ablate_config', {}).get('cells', []))}; now: "
             f"{', '.join(identity['ablate_config']['cells'])}")
         raise UserError(f"{study_dir / STUDY_FILE} {what}. Give --overwrite=True to replace its results (its runs "
@@ -420,7 +428,7 @@ def eval_key(run: StudyRun, ablate: "AblateConfig", record: dict) -> dict:
     ablate = run_evaluation(run, ablate)
     block_size = run.model_config.block_size
     window, stride = sliding_geometry(ablate, block_size)
-    description = read_description(resolve_data_dir(run.train_config.dataset))
+    description = data_identity(run.train_config.dataset)
     checkpoint = run.dir / CHECKPOINT
     identity = checkpoint_identity(checkpoint) if checkpoint.is_file() else record["checkpoint"]
     return {"checkpoint": CHECKPOINT, "checkpoint_identity": identity,

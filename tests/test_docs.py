@@ -1,6 +1,7 @@
 """README.md and docs/: every relative link resolves (file and #anchor), no page names a path of one machine, and
 the README's test command is the one CI runs."""
 
+import json
 import re
 from pathlib import Path
 
@@ -57,6 +58,35 @@ def test_no_machine_paths(page):
     assert not found, found
 
 
+def absolute_paths(value) -> list[str]:
+    """The strings in a JSON value that are absolute file paths (POSIX, home-relative or Windows)."""
+    if isinstance(value, dict):
+        return [found for item in value.values() for found in absolute_paths(item)]
+    if isinstance(value, list):
+        return [found for item in value for found in absolute_paths(item)]
+    return [value] if isinstance(value, str) and re.match(r"^(?:/[^/\s]|~/|[A-Za-z]:\\)", value) else []
+
+
+def test_no_committed_record_or_config_names_an_absolute_path():
+    """Study records and configs are committed: a path of the machine that made them means nothing on another."""
+    found = []
+    for path in sorted((REPO_ROOT / "docs").rglob("*.json")):
+        found += [f"{path.relative_to(REPO_ROOT)}: {value}"
+                  for value in absolute_paths(json.loads(path.read_text(encoding="utf-8")))]
+    for path in sorted((REPO_ROOT / "config").glob("*.py")):
+        found += [f"{path.relative_to(REPO_ROOT)}: {line}" for line in path.read_text(encoding="utf-8").splitlines()
+                  if MACHINE_PATHS.search(line) or re.search(r"[\"'](?:/[^/\s]|~/)", line)]
+    assert not found, found[:5]
+
+
+def test_the_tests_read_nothing_beside_the_repository():
+    """A user's clone has nothing beside it: no test may reach out of the repository for data."""
+    found = [f"{path.name}: {line.strip()}" for path in sorted((REPO_ROOT / "tests").glob("*.py"))
+             for line in path.read_text(encoding="utf-8").splitlines()
+             if re.search(r"\b(?:REPO_ROOT|REPO)\.parent\b|[\"']shared[\"']|\.parents\[[2-9]\]", line)]
+    assert not found, found
+
+
 def test_the_checker_finds_what_it_should(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# A title, with `code`\n\n[ok](#a-title-with-code) [gone](missing.md) `[not a link](x.md)`\n"
@@ -66,6 +96,9 @@ def test_the_checker_finds_what_it_should(tmp_path):
     assert MACHINE_PATHS.search("python3 prepare.py --input=../shared/data/tinyshakespeare/input.txt")
     assert MACHINE_PATHS.search("TIKTOKEN_CACHE_DIR=/somewhere/tiktoken_cache python3 bench.py")
     assert not MACHINE_PATHS.search("TIKTOKEN_CACHE_DIR=<folder holding tiktoken's cached GPT-2 files>")
+    assert absolute_paths({"data": {"source": "/home/me/input.txt"}, "x": ["~/a", "C:\\b"]}) == [
+        "/home/me/input.txt", "~/a", "C:\\b"]
+    assert absolute_paths({"a": "docs/positions", "b": "1/2", "c": "/", "d": "nanoGPT data folder /x/y"}) == []
 
 
 def test_readme_test_command_is_what_ci_runs():

@@ -127,6 +127,26 @@ def test_a_time_boxed_study_continued_from_its_records_alone_reports_the_same(re
     assert report(fresh) == report(reference / "study")
 
 
+def test_records_continue_on_the_same_bytes_prepared_from_another_path(reference, tmp_path, monkeypatch):
+    """What a committed study meets on a user's machine: its records, and the same text prepared from another
+    file into another folder. The splits' SHA-256s say it is the same data: nothing trains again, the report is
+    the same, and no record names either machine's path. Prefetching is bit-identical, so it is no other study."""
+    fresh = tmp_path / "fresh"
+    copy_records(reference / "study", fresh)
+    (tmp_path / "input.txt").write_text(corpus(), encoding="utf-8")
+    prepare(corpus(), tmp_path / "elsewhere", "char", source=str(tmp_path / "input.txt"))
+    assert json.loads((tmp_path / "elsewhere" / "tokenizer.json").read_text())["source"] == str(tmp_path / "input.txt")
+    calls = counting(monkeypatch)
+    run_study(*configs(fresh, tmp_path / "elsewhere", report_only=True))
+    assert report(fresh) == report(reference / "study")
+    run_study(*configs(fresh, tmp_path / "elsewhere", prefetch=False))
+    assert calls == [] and report(fresh) == report(reference / "study")
+    for path in fresh.rglob("*.json"):  # results.json names the --study_dir it was given, as given
+        text = path.read_text(encoding="utf-8")
+        assert "elsewhere" not in text and "input.txt" not in text and str(reference) not in text, path
+        assert str(tmp_path) not in text or path.name == "results.json", path
+
+
 def test_runs_finished_by_other_jobs_count_past_the_time_box(reference, tmp_path):
     """With --jobs, the workers finish runs that were unfinished (so estimated above 0) when the box was set; past
     its end the parent still takes their records: the study is whole, not "0 of 16 runs finished"."""
