@@ -197,6 +197,13 @@ def test_run_index_over_the_plan_then_report_only(reference, tmp_path, capsys):
     code, out, err = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
     assert code == 0 and "trained" not in out, (out, err)
     assert numbers(study_dir) == numbers(reference / "study")
+    # A report redrawn over one that holds the study's wall time keeps it, and names its own seconds apart.
+    first = json.loads((study_dir / "results.json").read_text())
+    results = study_dir / "results.json"
+    results.write_text(json.dumps({**first, "invocation_seconds": 1234.5}))
+    code, out, err = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
+    again = json.loads(results.read_text())
+    assert code == 0 and again["invocation_seconds"] == 1234.5 and 0 < again["report_seconds"] < 1234.5, (out, err)
 
 
 @pytest.mark.parametrize("flag, fragments", [
