@@ -59,11 +59,12 @@ from study.cost import OutOfTime
 from study.evaluation import eval_lengths, sliding_geometry
 from study.paired_stats import CONFIDENCE
 from study.plan import StudyRun
-from study.report import CHECKPOINT, budget_summary, header_lines, study_comparisons, summarize, write_results
+from study.report import budget_summary, header_lines, study_comparisons, summarize, write_results
 from study.runs import finished_records, read_json, study_records, with_resolved_dtype
 from text.dataset import check_recorded_tokens, load_split, resolve_data_dir
 from text.tokenizer import read_description
 from train import TrainConfig, build_model
+from training.run_dir import CHECKPOINT
 
 LABEL_WORDS = {"learning_rate": "lr", "learned_init_std": "init std"}  # how cell_label names these settings
 FROM_CELL = "from_cell"  # the cell setting of a finetune: the cell whose final checkpoint each seed starts from

@@ -23,6 +23,7 @@ from text.tokenizer import GPT2Tokenizer, Tokenizer, from_description
 from training.checkpoint import SEED_LIMIT, check_init_from, load_pretrained, read_checkpoint
 from training.devices import DTYPES, autocast_context, choose_device, choose_dtype, use_huge_pages
 from training.nanogpt import init_checkpoint
+from training.run_dir import BEST, CHECKPOINT
 
 MAX_SAMPLES = 4096  # one batch: a generator, a cache row and a text each
 MAX_NEW_TOKENS = 10**7
@@ -102,7 +103,7 @@ def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
     run = Path(out_dir)
     if run.exists() and not run.is_dir():
         raise UserError(f"out_dir={out_dir!r} is a file, not a run folder")
-    best, latest = run / "best.pt", run / "ckpt.pt"
+    best, latest = run / BEST, run / CHECKPOINT
     if not best.exists():
         model, state = read_checkpoint(latest)
     else:

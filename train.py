@@ -60,7 +60,7 @@ from training.parallel import (
     shard_model,
     wrap_for_training,
 )
-from training.run_dir import Interrupted, MetricsLog, StopRequest, claim_out_dir, start_wandb
+from training.run_dir import BEST, CHECKPOINT, Interrupted, MetricsLog, StopRequest, claim_out_dir, start_wandb
 from training.schedule import check_schedule, get_lr
 
 # ---- the config ---------------------------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         raise UserError(f"--extend_positions={config.extend_positions} grows a trained model: give it with "
                         "--init_from=<run folder, ckpt.pt or GPT-2> (a resumed run keeps the extension it has)")
     if config.init_from == "resume":
-        return load_for_resume(Path(config.out_dir) / "ckpt.pt", model_config, data_description, config.dataset,
+        return load_for_resume(Path(config.out_dir) / CHECKPOINT, model_config, data_description, config.dataset,
                                explicit)
     if config.init_from == "scratch":
         model_config = replace(model_config, vocab_size=model_vocab_size(data_description))
@@ -362,7 +362,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
               torch.Generator().manual_seed(config.seed), MetricsLog(None, True))
     if resumed is not None and config.init_from == "resume":
         run.iter_num, run.best_val_loss = restore(resumed, model, optimizer, run.batch_generator, device,
-                                                  run.out_dir / "ckpt.pt")
+                                                  run.out_dir / CHECKPOINT)
         run.has_checkpoint = True
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         continue_training(run, resumed, init_checkpoint(config.init_from))
@@ -470,7 +470,7 @@ def save_latest(run: Run, state: dict | None = None) -> None:
     if not all_finite(state["model"].values()):
         raise Diverged(f"the weights hold NaN or inf at iteration {run.iter_num}; not saving them. "
                        f"{last_good(run)}")
-    save_checkpoint(state, run.out_dir / "ckpt.pt")
+    save_checkpoint(state, run.out_dir / CHECKPOINT)
     run.has_checkpoint = True
 
 
@@ -502,7 +502,7 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm, stop: StopRequest | None 
     if improved or last or run.config.always_save_checkpoint:
         state = run_checkpoint(run)  # gathered once (under FSDP, from every rank) for both files
         if improved and run.master:
-            save_checkpoint(best_subset(state), run.out_dir / "best.pt")
+            save_checkpoint(best_subset(state), run.out_dir / BEST)
         save_latest(run, state)
     return record
 
@@ -557,7 +557,7 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
         check_recorded_tokens(data_dir, data_description, ("train", "val"))
         if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
-            check_resumable(Path(config.out_dir) / "ckpt.pt")
+            check_resumable(Path(config.out_dir) / CHECKPOINT)
         claim_out_dir(config.out_dir, stack, resume=config.init_from == "resume", overwrite=config.overwrite,
                       claim=rank == 0 and not config.eval_only)
         run = set_up(config, model_config, rank, world_size, device, data_dir, data_description, explicit)

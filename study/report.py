@@ -17,8 +17,7 @@ from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
 from study.plan import StudyRun
-
-CHECKPOINT = "ckpt.pt"  # the final model of each run, the one every evaluation scores
+from training.run_dir import CHECKPOINT
 
 
 def seed_values(records: list[dict], variant: str, protocol: str, length: int,

@@ -35,13 +35,12 @@ from study.config import PER_RUN, AblateConfig, parse_time_limit
 from study.cost import OutOfTime, TimeBox, plan_view, rebuild_steps, run_estimates
 from study.evaluation import eval_lengths, evaluate_model, sliding_geometry, target_counts
 from study.plan import STABLE, StudyRun, tokens_per_iter
-from study.report import CHECKPOINT
 from text.dataset import load_split, resolve_data_dir, split_identity
 from text.tokenizer import read_description
 from train import TrainConfig, train, training_dtype
 from training.checkpoint import load_checkpoint, read_checkpoint
 from training.devices import choose_device, choose_dtype
-from training.run_dir import DONE_FILE, Interrupted
+from training.run_dir import CHECKPOINT, CHECKPOINT_FILES, DONE_FILE, Interrupted
 
 # TrainConfig fields that change no number: where a run logs, and where its data lies and whether its batches are
 # prefetched (the data's description, with its splits' SHA-256s, says what data it is; prefetching is bit-identical).
@@ -537,7 +536,7 @@ def prune_checkpoints(plan: list[StudyRun], finished: StudyRun) -> None:
             continue  # a branch or a later segment still copies it
         with contextlib.ExitStack() as stack:
             if claim(run, stack) is None:  # not being evaluated by another process
-                for name in (CHECKPOINT, "best.pt"):
+                for name in CHECKPOINT_FILES:
                     (run.dir / name).unlink(missing_ok=True)
 
 

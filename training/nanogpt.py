@@ -12,6 +12,7 @@ from pathlib import Path
 from errors import UserError
 from text.nanogpt_data import GPT2_VOCAB_SIZE, char_tokenizer, read_meta
 from training.parallel import load_optimizer_state
+from training.run_dir import CHECKPOINT
 
 MODEL_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout")
 
@@ -29,8 +30,8 @@ def init_checkpoint(init_from: str) -> Path | None:
     path = Path(init_from)
     if path.is_file() and path.suffix == ".pt":
         return path
-    if path.is_dir() and (path / "ckpt.pt").is_file() and not (path / "config.json").is_file():
-        return path / "ckpt.pt"
+    if path.is_dir() and (path / CHECKPOINT).is_file() and not (path / "config.json").is_file():
+        return path / CHECKPOINT
     return None
 
 

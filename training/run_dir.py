@@ -15,9 +15,11 @@ from pathlib import Path
 from errors import UserError
 from files import lock_folder, remove_stale_temps
 
-RUN_FILES = ("ckpt.pt", "best.pt", "metrics.jsonl")  # what a run leaves in out_dir
-CHECKPOINT_FILES = ("ckpt.pt", "best.pt")  # written through a temp file (a killed save leaves one behind)
-DONE_FILE = "done.json"  # a study's record of a finished run (study_runs.py), which names its checkpoint
+CHECKPOINT = "ckpt.pt"  # the latest checkpoint, what resume continues and a study scores (nanoGPT's name)
+BEST = "best.pt"  # the checkpoint of the lowest val loss, what sample.py prefers
+RUN_FILES = (CHECKPOINT, BEST, "metrics.jsonl")  # what a run leaves in out_dir
+CHECKPOINT_FILES = (CHECKPOINT, BEST)  # written through a temp file (a killed save leaves one behind)
+DONE_FILE = "done.json"  # a study's record of a finished run (study/runs.py), which names its checkpoint
 
 
 def claim_out_dir(out_dir: str, stack: contextlib.ExitStack, *, resume: bool, overwrite: bool,
