@@ -6,17 +6,22 @@ import io
 import itertools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from files import write_atomic
-from study import plots as ablate_plots
+from gpt.model import GPT
 from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
 from study.plan import StudyRun
+from study.plots import plot_all, seed_entries
+from text.dataset import resolve_data_dir
+from text.tokenizer import read_description
+from train import build_model
 from training.run_dir import CHECKPOINT
 
 
@@ -24,7 +29,7 @@ def seed_values(records: list[dict], variant: str, protocol: str, length: int,
                 unit: str | None = None) -> dict[int, float] | None:
     """{seed: loss} of a cell under one protocol and length, in nats per token (unit None) or in bits per byte
     ("bytes") or per character ("chars") of the split its own run scored; None when the cell cannot run it."""
-    entries = ablate_plots.seed_entries(records, variant, protocol, length)
+    entries = seed_entries(records, variant, protocol, length)
     if entries is None:
         return None
     runs = {r["seed"]: r for r in records if r["variant"] == variant}
@@ -446,3 +451,65 @@ def results_csv(rows: list[dict], budgets: dict) -> str:
                              len(row["seeds"]), row["parameters"], row["steps"], row["label"], row["budget"],
                              row["tokens_seen"], "n/a" if bpb is None else bpb[0], "n/a" if bpc is None else bpc[0]])
     return table_csv.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------- the report
+
+
+def initial_model(run: StudyRun) -> GPT:
+    """The model a run starts from, rebuilt exactly as train() builds it (same seed, same code path)."""
+    description = read_description(resolve_data_dir(run.train_config.dataset))
+    torch.manual_seed(run.seed)
+    # From scratch even for a branch (whose config resumes its start's checkpoint): step 0 of its seed.
+    model, _ = build_model(replace(run.train_config, init_from="scratch"), replace(run.model_config),
+                           description)
+    return model
+
+
+def position_tables(plan: list[StudyRun], records: list[dict]) -> dict | None:
+    """The learned position table of the first learned run, at initialisation and at the end (from its record)."""
+    learned = next(((run, record) for run, record in zip(plan, records, strict=True)
+                    if run.model_config.pos_encoding == "learned"), None)
+    if learned is None:
+        return None
+    run, record = learned
+    return {"cell": run.variant, "seed": run.seed, "tables": {
+        "at initialisation (step 0)": initial_model(run).input_layer.wpe.detach().float(),
+        f"after training (step {record['iter_num']})": torch.tensor(record["eval"]["position_table"])}}
+
+
+def with_history(plan: list[StudyRun], records: list[dict]) -> list[dict]:
+    """The records with each branch's val-estimate curve preceded by those of the runs it continues (a wsd
+    branch's own curve starts where its constant-rate segment ended), and its training time theirs added."""
+    by_dir = {run.dir: (run, record) for run, record in zip(plan, records, strict=True)}
+    full = []
+    for run, record in zip(plan, records, strict=True):
+        evals, seconds, start = list(record["evals"]), record["train_seconds"], run.start_from
+        while start is not None:
+            earlier, earlier_record = by_dir[start]
+            evals = [e for e in earlier_record["evals"] if e["iter"] < evals[0]["iter"]] + evals
+            seconds += earlier_record["train_seconds"]
+            start = earlier.start_from
+        full.append({**record, "evals": evals, "train_seconds": seconds})
+    return full
+
+
+def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], study: dict,
+                 ablate: AblateConfig) -> dict:
+    """Tables, comparisons and plots of the evaluated runs: the main ones at the headline budget."""
+    evaluated = [r for r in with_history(plan, records) if "eval" in r]
+    headline = [r for r in evaluated if r["budget"] == study["headline_budget"]]
+    cells = list(dict.fromkeys(r["variant"] for r in headline))
+    rows = summarize(headline, study["lengths"], ablate.protocols, study["labels"])
+    families = study_comparisons(headline, study["cells"], study["lengths"], ablate, study["block_size"],
+                                 (study["lr_sweep"] or {}).get("own"), study["from_cells"])
+    budgets = budget_summary(evaluated, study, ablate)
+    headline_runs = [(run, record) for run, record in zip(plan, records, strict=True)
+                     if run.budget == study["headline_budget"] and run.role == "run"]
+    headline_plan = [run for run, _ in headline_runs]
+    plots = plot_all(study_dir, rows, headline, families, study,
+                                  position_tables(headline_plan, [record for _, record in headline_runs]),
+                                  ablate.reference or cells[0], budgets)
+    write_results(study_dir, rows, families, headline, header_lines(ablate, headline_plan, headline, study), study,
+                  plots, budgets)
+    return {"summary": rows, "comparisons": families, "budgets": budgets, "runs": records}

@@ -25,16 +25,21 @@ from scipy import stats
 
 import ablate
 import files
-from ablate import AblateConfig, initial_model, run_plan, run_study, study_cells
 from errors import OptionError
 from gpt.model import GPTConfig
 from options import parse_options
 from study import evaluation as study_eval
 from study import plots as ablate_plots
-from study import runs as study_runs
+from study import records as run_records
+from study import run as study_run
+from study.cells import cell_name, study_cells
+from study.config import PER_RUN, AblateConfig
 from study.config import STUDY_CELLS as POS_ENCODINGS
 from study.evaluation import forward_pieces, token_losses
 from study.paired_stats import holm, interval, paired
+from study.plan import run_plan
+from study.report import initial_model
+from study.stages import run_study
 from text.dataset import load_split, prepare
 from train import TrainConfig, train
 from training.checkpoint import load_checkpoint, model_from_checkpoint
@@ -182,7 +187,7 @@ def test_cells_from_variants_and_grid():
                          {"n_layer": 2}]
     assert cells[3:] == [{"pos_encoding": p, "learning_rate": lr} for p in ("none", "learned")
                          for lr in (1e-3, 3e-3)]
-    assert [ablate.cell_name(c) for c in cells[:3]] == ["learned", "sinusoidal sinusoidal_amplitude=1.0",
+    assert [cell_name(c) for c in cells[:3]] == ["learned", "sinusoidal sinusoidal_amplitude=1.0",
                                                         "n_layer=2"]
     for bad, message in [(["learned", "pos_encoding=learned"], "more than once"), (["seed=3"], "set per run"),
                          (["n_layers=3"], "not a GPTConfig"), (["n_layer=two"], "expected int")]:
@@ -204,9 +209,9 @@ def test_plan_applies_each_cell_and_goes_seed_by_seed(tmp_path):
 
 def test_changed_or_unrecorded_settings_are_reported():
     current = {"train_config": {"max_iters": 5, "batch_size": 2}, "model_config": {"n_layer": 1}}
-    assert study_runs.changed_settings(current, current) == []
+    assert run_records.changed_settings(current, current) == []
     stored = {"train_config": {"max_iters": 6, "batch_size": 2}, "model_config": {}}
-    assert study_runs.changed_settings(stored, current) == ["max_iters", "n_layer"]
+    assert run_records.changed_settings(stored, current) == ["max_iters", "n_layer"]
 
 
 # ---------------------------------------------------------------------------------------------------- a study
@@ -374,7 +379,7 @@ def test_rerun_skips_finished_runs_and_refuses_changed_ones(study, tmp_path, mon
         calls.append(args[0].out_dir)
         return train(*args, **kwargs)
 
-    monkeypatch.setattr(study_runs, "train", counting_train)
+    monkeypatch.setattr(study_run, "train", counting_train)
     again = run_study(ablate_config, train_config, model_config)
     assert calls == []
     assert again["summary"] == study.result["summary"]
@@ -395,7 +400,7 @@ def test_rerun_skips_finished_runs_and_refuses_changed_ones(study, tmp_path, mon
     done = copy / "learned" / "seed1337" / "done.json"
     record = json.loads(done.read_text())
     del record["settings"]["model_config"]["bias"]
-    done.write_text(study_runs.sealed(record))  # as older code wrote it, whole: its digest matches
+    done.write_text(run_records.sealed(record))  # as older code wrote it, whole: its digest matches
     with pytest.raises(ValueError, match="learned.*bias"):
         run_study(ablate_config, train_config, model_config)
     assert calls == [str(copy / "none" / "seed1338")]
@@ -405,15 +410,15 @@ def test_options_from_the_config_files():
     sections = (AblateConfig, TrainConfig, GPTConfig)
     for path in ("config/ablate_positions.py", "config/ablate_positions_sweep.py", "config/ablate_init_std.py"):
         ablate_config, train_config, model_config = parse_options([path], sections, "ablate.py", "",
-                                                                  skip=ablate.PER_RUN)
+                                                                  skip=PER_RUN)
         assert ablate_config.study_dir.startswith("out-ablate") and model_config.block_size == 64
         assert train_config.lr_decay_iters == train_config.max_iters
         assert study_cells(ablate_config)
     for flag in ("--seed=1", "--out_dir=x", "--init_from=resume"):  # set per run by the study
         with pytest.raises(OptionError, match="unknown option"):
-            parse_options([flag], sections, "ablate.py", "", skip=ablate.PER_RUN)
+            parse_options([flag], sections, "ablate.py", "", skip=PER_RUN)
     with pytest.raises(OptionError, match="protocols"):
-        parse_options(["--protocols=sliding,strided"], sections, "ablate.py", "", skip=ablate.PER_RUN)
+        parse_options(["--protocols=sliding,strided"], sections, "ablate.py", "", skip=PER_RUN)
 
 
 @pytest.mark.slow

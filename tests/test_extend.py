@@ -14,7 +14,6 @@ import torch
 from test_model import BLOCK, max_abs, random_ids, tiny_model
 from test_train import assert_same_state, run
 
-import ablate
 import train as train_module
 from errors import OptionError, main_guard
 from gpt import positions as P
@@ -24,6 +23,9 @@ from gpt.model import GPTConfig, InputLayer
 from options import parse_options
 from study import cost as study_cost
 from study import plots as study_plots
+from study.config import PER_RUN, AblateConfig
+from study.plan import run_plan
+from study.stages import run_study
 from train import TrainConfig
 from training.checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint
 
@@ -254,6 +256,7 @@ def test_a_finetune_at_the_longer_length_resumes_bit_for_bit(tmp_path, char_data
                     saved["optimizer"]["state"].values(), strict=True):
         assert_same_state(a, b)
     model, _ = read_checkpoint(tmp_path / "b" / "ckpt.pt")  # how sample.py loads it: no extra flag
+    model.eval()  # as sample.py does: with dropout on, cached and uncached draw other masks (it trained at 0.1)
     prompt = random_ids(1, 20, vocab=model.config.vocab_size)
     cached = generate(model, prompt, 12, top_k=1)  # greedy, positions 20..31: past the base's 16
     assert torch.equal(cached, generate(model, prompt, 12, top_k=1, use_cache=False))
@@ -302,7 +305,7 @@ def test_bad_extension_flags_are_one_line_with_exit_2(tmp_path, char_data, bases
 
 
 def extension_study(root, char_data, **changes) -> tuple:
-    ablate_config = ablate.AblateConfig(
+    ablate_config = AblateConfig(
         study_dir=str(root / "study"), seeds=1, eval_multipliers=[1.0, 2.0], sliding_stride=8, eval_batch_size=16,
         variants=["learned", "rope", "learned block_size=32 extend_positions=interpolate max_iters=0 "
                   "from_cell=learned", "rope block_size=32 extend_positions=yarn max_iters=2 batch_size=2 "
@@ -316,7 +319,7 @@ def extension_study(root, char_data, **changes) -> tuple:
 def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, monkeypatch):
     """--list_runs: a from_cell run trains its own max_iters from step 0 (not its max_iters less its base's)."""
     configs = extension_study(tmp_path, char_data)
-    plan = ablate.run_plan(*configs)
+    plan = run_plan(*configs)
     by_dir = {run.dir: run for run in plan}
     assert [study_cost.steps_to_train(run, by_dir) for run in plan] == [2, 2, 0, 2]
     monkeypatch.setattr(study_cost, "probe_step_seconds", lambda run: 1.0)
@@ -329,10 +332,10 @@ def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, monkeypatch)
 
 def test_from_cell_finetunes_each_seed_of_its_base(tmp_path, char_data):
     configs = extension_study(tmp_path, char_data)
-    plan = ablate.run_plan(*configs)
+    plan = run_plan(*configs)
     base, extension = plan[0], plan[2]
     assert extension.start_from == base.dir and extension.finetune and extension.budget == 2
-    result = ablate.run_study(*configs)
+    result = run_study(*configs)
     saved = load_checkpoint(extension.dir / "ckpt.pt")
     assert saved["iter_num"] == 0 and saved["model_args"]["trained_block_size"] == BLOCK
     grown = read_checkpoint(base.dir / "ckpt.pt")[0]
@@ -363,14 +366,14 @@ def test_from_cell_finetunes_each_seed_of_its_base(tmp_path, char_data):
 def test_bad_from_cells_are_refused_before_anything_trains(tmp_path, char_data, variants, changes, message):
     ablate_config, train_config, model_config = extension_study(tmp_path, char_data)
     with pytest.raises(OptionError, match=message):
-        ablate.run_plan(dataclasses.replace(ablate_config, variants=variants, **changes), train_config, model_config)
+        run_plan(dataclasses.replace(ablate_config, variants=variants, **changes), train_config, model_config)
 
 
 def test_the_study_config_plans_under_40k_steps(tmp_path):
     ablate_config, train_config, model_config = parse_options(
-        ["config/ablate_context_extension.py"], (ablate.AblateConfig, TrainConfig, GPTConfig), "ablate.py", "",
-        skip=ablate.PER_RUN)
-    plan = ablate.run_plan(dataclasses.replace(ablate_config, study_dir=str(tmp_path)), train_config, model_config)
+        ["config/ablate_context_extension.py"], (AblateConfig, TrainConfig, GPTConfig), "ablate.py", "",
+        skip=PER_RUN)
+    plan = run_plan(dataclasses.replace(ablate_config, study_dir=str(tmp_path)), train_config, model_config)
     steps = sum(run.train_config.max_iters for run in plan)
     header = Path("config/ablate_context_extension.py").read_text().split("\n\n")[0]
     assert f"{steps:,} steps" in header and steps <= 40_000

@@ -19,13 +19,18 @@ import torch
 from scipy import stats
 
 import ablate
-from ablate import AblateConfig, cell_label, run_study
-from errors import main_guard
+from errors import OptionError, main_guard
 from gpt.model import GPTConfig
 from study import plan as study_plan
-from study import runs as study_runs
+from study import run as study_run
+from study import stages as study_stages
+from study.cells import cell_label, study_cells
+from study.config import AblateConfig
 from study.evaluation import bits_per, target_counts
 from study.paired_stats import tost, verdict
+from study.plan import lr_sweep_plan, run_plan
+from study.report import study_comparisons, with_history
+from study.stages import own_learning_rates, run_study
 from text.dataset import PrepareConfig, prepare, sample_offsets
 from text.tokenizer import CharTokenizer, GPT2Tokenizer
 from train import TrainConfig, train
@@ -206,7 +211,7 @@ def test_wsd_branch_is_the_run_trained_from_scratch(tmp_path, data_dir):
     root = study_root(tmp_path, data_dir)
     ablate_config, train_config, model_config = tiny(root, variants=["rope"], seeds=1, budgets=[8, 12])
     train_config = replace(train_config, lr_schedule="wsd", wsd_decay_fraction=0.5, wsd_decay_shape="linear")
-    plan = ablate.run_plan(ablate_config, train_config, model_config)
+    plan = run_plan(ablate_config, train_config, model_config)
     assert [(r.role, r.budget, r.start_from and r.start_from.name) for r in plan] == [
         ("stable", 4, None), ("run", 8, "stable4"), ("stable", 6, "stable4"), ("run", 12, "stable6")]
     result = run_study(ablate_config, train_config, model_config)
@@ -222,7 +227,7 @@ def test_wsd_branch_is_the_run_trained_from_scratch(tmp_path, data_dir):
     assert sorted(rates) == list(range(7, 13))  # the branch trains steps 6..11 (logged after each)
     for it, lr in rates.items():
         assert lr == pytest.approx(1e-3 + (1e-2 - 1e-3) * (1 - (it - 1 - 6) / 6), rel=1e-12)
-    curve = ablate.with_history(plan, result["runs"])[-1]["evals"]  # the branch's curve, from step 0
+    curve = with_history(plan, result["runs"])[-1]["evals"]  # the branch's curve, from step 0
     assert [e["iter"] for e in curve] == [0, 4, 6, 8, 12]
     budgets = result["budgets"]["by_budget"]
     assert sorted(budgets) == [8, 12] and (tmp_path / "study" / "budgets.png").is_file()
@@ -241,8 +246,8 @@ def test_extra_budgets_extend_some_cells_on_their_first_seeds_after_the_whole_pl
                                                      extra_budgets=[12], extra_variants=["learned", "rope"],
                                                      seeds=3, extra_seeds=2)
     train_config = replace(train_config, lr_schedule="wsd", wsd_decay_fraction=0.5)
-    plan = ablate.run_plan(ablate_config, train_config, model_config)
-    regular = ablate.run_plan(replace(ablate_config, extra_budgets=[], extra_variants=[]), train_config, model_config)
+    plan = run_plan(ablate_config, train_config, model_config)
+    regular = run_plan(replace(ablate_config, extra_budgets=[], extra_variants=[]), train_config, model_config)
     assert plan[:len(regular)] == regular
     assert [(r.variant, r.seed, r.role, r.budget, r.start_from and r.start_from.name) for r in plan[len(regular):]] \
         == [(cell, seed, role, budget, start) for seed in (1337, 1338) for cell in ("learned", "rope")
@@ -257,8 +262,8 @@ def test_extra_budgets_extend_some_cells_on_their_first_seeds_after_the_whole_pl
     assert rope_8["seeds"] == [1337, 1338, 1339] and rope_12["seeds"] == [1337, 1338]
     assert move["cells"]["rope"]["change"] == pytest.approx(rope_12["mean"] - np.mean(rope_8["differences"][:2]))
     assert "rope" in (tmp_path / "study" / "results.md").read_text().split("from 8 to 12 steps")[1]
-    with pytest.raises(ablate.OptionError, match="extra_variants: 'alibi' is not a cell of this study"):
-        ablate.run_plan(replace(ablate_config, extra_variants=["alibi"]), train_config, model_config)
+    with pytest.raises(OptionError, match="extra_variants: 'alibi' is not a cell of this study"):
+        run_plan(replace(ablate_config, extra_variants=["alibi"]), train_config, model_config)
     for bad, message in (({"extra_budgets": [8]}, "larger than every one of budgets"),
                          ({"extra_variants": []}, "give both"), ({"extra_seeds": 4}, "must be 1..seeds=3")):
         with pytest.raises(ValueError, match=message):
@@ -267,7 +272,7 @@ def test_extra_budgets_extend_some_cells_on_their_first_seeds_after_the_whole_pl
 
 def test_cosine_budgets_are_separate_whole_schedules(tmp_path, data_dir):
     ablate_config, train_config, model_config = tiny(tmp_path, seeds=1, budgets=[4, 8])
-    plan = ablate.run_plan(ablate_config, train_config, model_config)
+    plan = run_plan(ablate_config, train_config, model_config)
     assert [(r.variant, r.budget, r.train_config.lr_decay_iters, r.start_from) for r in plan] == [
         ("learned", 4, 4, None), ("learned", 8, 8, None), ("rope", 4, 4, None), ("rope", 8, 8, None)]
     assert plan[1].dir == tmp_path / "study" / "learned" / "seed1337" / "8steps"
@@ -276,16 +281,16 @@ def test_cosine_budgets_are_separate_whole_schedules(tmp_path, data_dir):
 def sweep_picks(root, monkeypatch) -> tuple[dict, list[str]]:
     ablate_config, train_config, model_config = tiny(root, lr_sweep=[3e-3, 3e-2], lr_sweep_seeds=2)
     loaded = []
-    real = study_runs.load_split
+    real = study_run.load_split
 
     def spy(data_dir, split, block_size):
         loaded.append(split)
         return real(data_dir, split, block_size)
 
-    monkeypatch.setattr(study_runs, "load_split", spy)
-    cells = ablate.study_cells(ablate_config)
-    plan = ablate.lr_sweep_plan(ablate_config, train_config, model_config, cells)
-    sweep, stopped = ablate.own_learning_rates(ablate_config, plan, train_config, model_config, cells)
+    monkeypatch.setattr(study_run, "load_split", spy)
+    cells = study_cells(ablate_config)
+    plan = lr_sweep_plan(ablate_config, train_config, model_config, cells)
+    sweep, stopped = own_learning_rates(ablate_config, plan, train_config, model_config, cells)
     assert stopped == 0
     return sweep, loaded
 
@@ -317,7 +322,7 @@ def test_own_learning_rate_cells_join_the_headline(tmp_path, data_dir, monkeypat
     root = study_root(tmp_path, data_dir)
     ablate_config, train_config, model_config = tiny(root, lr_sweep=[1e-2, 5e-2], lr_sweep_seeds=1, seeds=2,
                                                      equivalence_margin=0.05)
-    monkeypatch.setattr(study_plan, "pick_learning_rates", lambda val: {"learned": 1e-2, "rope": 5e-2})
+    monkeypatch.setattr(study_stages, "pick_learning_rates", lambda val: {"learned": 1e-2, "rope": 5e-2})
     result = run_study(ablate_config, train_config, model_config)
     assert result["lr_sweep"]["own"] == {"learned": "learned", "rope": "rope learning_rate=0.05"}
     labels = [row["label"] for row in result["summary"]]
@@ -450,10 +455,10 @@ def test_sliding_window_as_long_as_the_eval_length_compares_no_model_with_itself
                 "tokens": 100, "bytes": 100, "chars": 100,
                 "protocols": {"nonoverlapping": losses, "sliding": losses}}})
     config = AblateConfig(variants=["a", "b"], sliding_window=32)
-    families = ablate.study_comparisons(records, ["a", "b"], [16, 32], config, 16)
+    families = study_comparisons(records, ["a", "b"], [16, 32], config, 16)
     assert families["extrapolation against the sliding window"] == [] and families["longer, sliding"] == []
     assert len(families["longer, nonoverlapping"]) == 1
-    families = ablate.study_comparisons(records, ["a", "b"], [16, 32], replace(config, sliding_window=16), 16)
+    families = study_comparisons(records, ["a", "b"], [16, 32], replace(config, sliding_window=16), 16)
     assert {r["a"] for r in families["extrapolation against the sliding window"]} == {"a", "b"}
 
 

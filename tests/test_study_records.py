@@ -17,11 +17,17 @@ from test_ablate import corpus
 from test_faults import assert_one_line_error, cli
 
 import ablate
-from ablate import AblateConfig, run_study
 from gpt.model import GPTConfig
+from options import parse_options
 from study import cost as study_cost
-from study import runs as study_runs
-from study.config import parse_time_limit
+from study import folder as study_folder
+from study import jobs as study_jobs
+from study import records as run_records
+from study import run as study_run
+from study.cells import cell_name, study_cells
+from study.config import PER_RUN, AblateConfig, parse_time_limit
+from study.plan import run_plan
+from study.stages import run_study
 from text.dataset import prepare
 from train import TrainConfig
 
@@ -39,8 +45,8 @@ def flags(study_dir: Path, data: Path, **overrides) -> list[str]:
 
 
 def configs(study_dir: Path, data: Path, **overrides) -> tuple[AblateConfig, TrainConfig, GPTConfig]:
-    return ablate.parse_options([str(a) for a in flags(study_dir, data, **overrides)],
-                                (AblateConfig, TrainConfig, GPTConfig), "", "", skip=ablate.PER_RUN)
+    return parse_options([str(a) for a in flags(study_dir, data, **overrides)],
+                                (AblateConfig, TrainConfig, GPTConfig), "", "", skip=PER_RUN)
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +83,13 @@ def copy_records(source: Path, target: Path) -> None:
 def counting(monkeypatch) -> list[str]:
     """The folders train() is asked to train, in order."""
     calls = []
-    real = study_runs.train
+    real = study_run.train
 
     def train(config, model_config):
         calls.append(Path(config.out_dir))
         return real(config, model_config)
 
-    monkeypatch.setattr(study_runs, "train", train)
+    monkeypatch.setattr(study_run, "train", train)
     return calls
 
 
@@ -92,15 +98,15 @@ class FakeClock:
 
     def __init__(self, monkeypatch):
         self.now = 1000.0
-        monkeypatch.setattr(study_cost.time, "time", lambda: self.now)  # the time module: study_runs' too
-        monkeypatch.setattr(study_runs, "run_estimates", lambda plan, *a: [10.0] * len(plan))
-        real = study_runs.train
+        monkeypatch.setattr(study_cost.time, "time", lambda: self.now)  # the time module: study.jobs' too
+        monkeypatch.setattr(study_jobs, "run_estimates", lambda plan, *a: [10.0] * len(plan))
+        real = study_run.train
 
         def train(config, model_config):
             self.now += 10.0
             return real(config, model_config)
 
-        monkeypatch.setattr(study_runs, "train", train)
+        monkeypatch.setattr(study_run, "train", train)
 
 
 def test_a_time_boxed_study_continued_from_its_records_alone_reports_the_same(reference, tmp_path, monkeypatch):
@@ -153,15 +159,15 @@ def test_runs_finished_by_other_jobs_count_past_the_time_box(reference, tmp_path
     folder = tmp_path / "study"
     copy_records(reference / "study", folder)  # as if the workers had just finished every run
     ablate_config, train_config, model_config = configs(folder, reference / "data")
-    plan = ablate.run_plan(ablate_config, train_config, model_config)
+    plan = run_plan(ablate_config, train_config, model_config)
     box = study_cost.TimeBox(deadline=0.0, estimates=[10.0] * len(plan))  # long past, every run priced
-    records = study_runs.train_and_evaluate(plan, ablate_config, 8, False, box)
+    records = study_jobs.train_and_evaluate(plan, ablate_config, 8, False, box)
     assert [r["variant"] for r in records] == [run.variant for run in plan]
     assert all("eval" in r for r, run in zip(records, plan, strict=True) if run.role == "run")
 
 
 def test_two_array_tasks_folders_merged_report_the_same(reference, tmp_path, capsys):
-    plan = ablate.run_plan(*configs(tmp_path / "a", reference / "data"))
+    plan = run_plan(*configs(tmp_path / "a", reference / "data"))
     for index in range(len(plan)):  # even runs on one machine, odd on another (and what they start from)
         task = tmp_path / ("a" if index % 2 == 0 else "b")
         code, _, err = cli(ablate.main, flags(task, reference / "data", run_index=index), capsys)
@@ -177,7 +183,7 @@ def test_two_array_tasks_folders_merged_report_the_same(reference, tmp_path, cap
 def test_pruning_keeps_a_checkpoint_until_every_branch_exists(reference, tmp_path, monkeypatch):
     study_dir = tmp_path / "study"
     seen = []
-    real = study_runs.prune_checkpoints
+    real = study_jobs.prune_checkpoints
 
     def prune(plan, finished):
         real(plan, finished)
@@ -187,7 +193,7 @@ def test_pruning_keeps_a_checkpoint_until_every_branch_exists(reference, tmp_pat
                 assert (run.start_from / "ckpt.pt").is_file(), run.dir
         seen.append(finished.dir)
 
-    monkeypatch.setattr(study_runs, "prune_checkpoints", prune)
+    monkeypatch.setattr(study_jobs, "prune_checkpoints", prune)
     result = run_study(*configs(study_dir, reference / "data", keep_checkpoints=False))
     assert len(seen) == 16 and not list(study_dir.rglob("*.pt"))  # all pruned at the end, records kept
     assert report(study_dir) == report(reference / "study")
@@ -205,7 +211,7 @@ def test_an_edited_or_incomplete_record_is_refused_in_one_line(reference, tmp_pa
         done.write_text(json.dumps(record))
     else:
         del record["provenance"]
-        done.write_text(study_runs.sealed({k: v for k, v in record.items() if k != "digest"}))
+        done.write_text(run_records.sealed({k: v for k, v in record.items() if k != "digest"}))
     before = done.read_bytes()
     result = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
     why = "no longer match its digest" if edit == "iter_num" else "lacks provenance"
@@ -258,8 +264,8 @@ def test_the_plan_view_prices_runs_from_the_finished_ones(reference, tmp_path, c
     records = [json.loads(p.read_text()) for p in partial.glob("learned/seed1337/*/done.json")]
     per_step = sorted(r["train_seconds"] / steps for r, steps in zip(
         sorted(records, key=lambda r: r["settings"]["train_config"]["max_iters"]), (3, 1, 3, 2), strict=True))
-    plan = ablate.run_plan(*configs(partial, reference / "data"))
-    finished = study_runs.records_on_disk(plan, configs(partial, reference / "data")[0])
+    plan = run_plan(*configs(partial, reference / "data"))
+    finished = study_jobs.records_on_disk(plan, configs(partial, reference / "data")[0])
     estimates = study_cost.run_estimates(plan, configs(partial, reference / "data")[0], finished)
     for run, record, seconds in zip(plan, finished, estimates, strict=True):
         assert (seconds == 0) == (record is not None)
@@ -280,8 +286,8 @@ def test_the_plan_view_prices_the_checkpoints_trained_again(reference, tmp_path,
     lines = out.strip().splitlines()
     assert lines[-2].startswith("14 finished, 2 to run: 4 steps and 12 to train missing checkpoints again")
     assert sum("(+6 to train its start's checkpoint again)" in line for line in lines) == 2
-    plan = ablate.run_plan(*configs(partial, reference / "data"))
-    finished = study_runs.records_on_disk(plan, configs(partial, reference / "data")[0])
+    plan = run_plan(*configs(partial, reference / "data"))
+    finished = study_jobs.records_on_disk(plan, configs(partial, reference / "data")[0])
     assert sum(study_cost.rebuild_steps(plan, finished)) == 12
     for rebuilt in partial.glob("*/seed1338/stable6"):  # one checkpoint back: only the 3 steps after it again
         (rebuilt.parent / "stable3" / "ckpt.pt").write_bytes(b"")
@@ -307,7 +313,7 @@ def test_every_committed_study_is_the_one_its_config_describes(monkeypatch):
     """A fresh clone continues a committed study (docs/) with its config alone: the study.json there must equal
     what the config describes now (with the data it recorded), or the rerun is refused as another study. A setting
     added to AblateConfig later must leave the identity of a study that does not use it as it was
-    (study_runs.EXTRA_FIELDS)."""
+    (study_folder.EXTRA_FIELDS)."""
     from options import parse_options
     from study.config import PER_RUN
 
@@ -317,16 +323,16 @@ def test_every_committed_study_is_the_one_its_config_describes(monkeypatch):
         settings, train_config, model_config = parse_options(
             [str(path)], (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py", description="",
             skip=tuple(set(PER_RUN) - {"overwrite"}))
-        stored = Path(settings.study_dir) / study_runs.STUDY_FILE
+        stored = Path(settings.study_dir) / study_folder.STUDY_FILE
         if not stored.is_file():
             continue
         recorded = json.loads(stored.read_text())
         # The prepared data's identity is the machine's (a fresh clone has none prepared): the configs are checked.
-        monkeypatch.setattr(study_runs, "resolve_data_dir", lambda dataset: dataset)
-        monkeypatch.setattr(study_runs, "read_description", lambda data_dir, data=recorded["data"]: data)
-        identity = json.loads(json.dumps(study_runs.study_identity(settings, train_config, model_config)))
+        monkeypatch.setattr(run_records, "resolve_data_dir", lambda dataset: dataset)
+        monkeypatch.setattr(run_records, "read_description", lambda data_dir, data=recorded["data"]: data)
+        identity = json.loads(json.dumps(study_folder.study_identity(settings, train_config, model_config)))
         cells = recorded["ablate_config"].pop("cells")
         assert identity == recorded, path.name
-        assert cells == [ablate.cell_name(cell) for cell in ablate.study_cells(settings)], path.name
+        assert cells == [cell_name(cell) for cell in study_cells(settings)], path.name
         checked.append(path.name)
     assert "ablate_positions_budgets.py" in checked and len(checked) >= 5

@@ -25,9 +25,14 @@ from test_faults import assert_one_line_error, cli, digests
 
 import ablate
 import files
-from ablate import AblateConfig, run_plan, run_study
 from gpt.model import GPTConfig
-from study import runs as study_runs
+from options import parse_options
+from study import folder as study_folder
+from study import records as run_records
+from study import run as study_run
+from study.config import PER_RUN, AblateConfig
+from study.plan import run_plan
+from study.stages import run_study
 from text.dataset import prepare
 from train import TrainConfig
 
@@ -46,8 +51,8 @@ def flags(study_dir: Path, data: Path, **overrides) -> list[str]:
 
 
 def configs(study_dir: Path, data: Path) -> tuple[AblateConfig, TrainConfig, GPTConfig]:
-    return ablate.parse_options([str(a) for a in flags(study_dir, data)], (AblateConfig, TrainConfig, GPTConfig),
-                                "", "", skip=ablate.PER_RUN)
+    return parse_options([str(a) for a in flags(study_dir, data)], (AblateConfig, TrainConfig, GPTConfig),
+                                "", "", skip=PER_RUN)
 
 
 @pytest.fixture(scope="module")
@@ -146,13 +151,13 @@ def test_two_different_studies_started_at_once_on_one_folder(reference, tmp_path
 def test_study_json_is_read_and_written_under_the_study_lock(reference, tmp_path):
     """Two studies started at the same instant: the second reads study.json only after the first wrote it."""
     ablate_config, train_config, model_config = configs(tmp_path / "study", reference / "data")
-    identity = study_runs.study_identity(ablate_config, train_config, model_config)
+    identity = study_folder.study_identity(ablate_config, train_config, model_config)
     refused = []
 
     def claim() -> None:
         try:
-            study_runs.claim_study(ablate_config, identity, ["learned", "none"])
-        except study_runs.UserError as e:
+            study_folder.claim_study(ablate_config, identity, ["learned", "none"])
+        except study_run.UserError as e:
             refused.append(str(e))
 
     with ExitStack() as stack:
@@ -245,17 +250,17 @@ def test_the_eval_cache_refuses_an_evaluation_of_another_checkpoint(reference, t
     learned, other = plan[RUNS[0]], plan[RUNS[2]]  # learned, seeds 1337 and 1338
     shutil.copy(other.dir / "ckpt.pt", learned.dir / "ckpt.pt")  # eval.json is still seed 1337's
     record = json.loads((learned.dir / "done.json").read_text())
-    evaluated = study_runs.evaluate_run(learned, ablate_config, record)
+    evaluated = study_run.evaluate_run(learned, ablate_config, record)
     own = json.loads((reference / "study" / RUNS[0] / "eval.json").read_text())
     of_other = json.loads((reference / "study" / RUNS[2] / "eval.json").read_text())
     assert evaluated["protocols"] == of_other["protocols"] != own["protocols"]  # computed again, for this file
-    assert evaluated["key"]["checkpoint_identity"] == study_runs.checkpoint_identity(other.dir / "ckpt.pt")
+    assert evaluated["key"]["checkpoint_identity"] == run_records.checkpoint_identity(other.dir / "ckpt.pt")
     # The run's own record names its checkpoint too: reusing the run is refused, nothing rewritten.
-    with pytest.raises(study_runs.UserError, match=r"ckpt.pt is not the checkpoint .*done.json"):
-        study_runs.finished_record(learned, overwrite=False)
+    with pytest.raises(study_run.UserError, match=r"ckpt.pt is not the checkpoint .*done.json"):
+        study_run.finished_record(learned, overwrite=False)
     # And a split of other data (another description) is another key.
     changed = dict(json.loads((reference / "data" / "tokenizer.json").read_text()), val_tokens=1)
-    assert study_runs.eval_key(learned, ablate_config, record)["data"] != changed
+    assert study_run.eval_key(learned, ablate_config, record)["data"] != changed
 
 
 def test_another_study_in_the_folder_is_refused_without_overwrite(reference, tmp_path, capsys):
@@ -397,10 +402,10 @@ def test_a_trained_runs_line_reaches_stdout_in_one_write(tmp_path, monkeypatch):
             pass
 
     record = {"iter_num": 7, "final_val_estimate": 1.5}
-    monkeypatch.setattr(study_runs, "finished_record", lambda run, overwrite: None)
-    monkeypatch.setattr(study_runs, "train_run", lambda run, plan, bar, start: dict(record))
+    monkeypatch.setattr(study_run, "finished_record", lambda run, overwrite: None)
+    monkeypatch.setattr(study_run, "train_run", lambda run, plan, bar, start: dict(record))
     monkeypatch.setattr(sys, "stdout", Recorder())
-    run = SimpleNamespace(dir=tmp_path / "learned" / "seed1337", role=study_runs.STABLE)
-    study_runs.finish_run(run, [run], AblateConfig(), study_runs.tqdm(disable=True), 0)
+    run = SimpleNamespace(dir=tmp_path / "learned" / "seed1337", role=study_run.STABLE)
+    study_run.finish_run(run, [run], AblateConfig(), study_run.tqdm(disable=True), 0)
     lines = [w for w in writes if w]
     assert lines == [f"trained {run.dir}: 7 steps, final val estimate 1.5000\n"]
