@@ -33,6 +33,7 @@ TINY_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\nAll
              "You are all resolved rather to die than to famish?\n") * 30
 
 
+@pytest.mark.gpt2_bpe
 def test_tokenizer_table_counts_tokens_per_utf8_byte(tmp_path, capsys):
     import tiktoken
 

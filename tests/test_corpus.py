@@ -69,6 +69,7 @@ def test_line_start_before_end_by_hand():
     assert line_start_before_end(b"abc") == line_start_before_end(b"") == line_start_before_end(b"\n") == 0
 
 
+@pytest.mark.gpt2_bpe
 @pytest.mark.parametrize("chunk_bytes", [1, 3, 16, 1 << 20])
 def test_text_pieces_encode_to_the_tokens_of_the_whole_file(tmp_path, chunk_bytes):
     (tmp_path / "t.txt").write_bytes(TRICKY.encode() * 4)
@@ -79,6 +80,7 @@ def test_text_pieces_encode_to_the_tokens_of_the_whole_file(tmp_path, chunk_byte
     assert [t for text, _ in pieces for t in encode(text)] == encode(TRICKY * 4)
 
 
+@pytest.mark.gpt2_bpe
 @pytest.mark.slow
 def test_token_stream_is_tiktokens_per_document_whatever_the_worker_count(tmp_path, corpus_text):
     documents = write_corpus(tmp_path / "corpus", corpus_text)
@@ -111,6 +113,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+@pytest.mark.gpt2_bpe
 def test_a_failed_prepare_leaves_the_old_dataset_whole(tmp_path, corpus_text):
     write_corpus(tmp_path / "corpus", corpus_text)
     out = tmp_path / "out"
@@ -133,6 +136,7 @@ def test_a_failed_prepare_leaves_the_old_dataset_whole(tmp_path, corpus_text):
     ('["text"]\n', r"d\.jsonl:1: no text field 'text'"),
     ('{"text": 3}\n', r"d\.jsonl:1: no text field 'text'"),
 ])
+@pytest.mark.gpt2_bpe
 def test_jsonl_errors_name_the_line_and_the_fix(tmp_path, content, message):
     (tmp_path / "d.jsonl").write_text(content)
     with pytest.raises(ValueError, match=message):
@@ -140,6 +144,7 @@ def test_jsonl_errors_name_the_line_and_the_fix(tmp_path, content, message):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.gpt2_bpe
 def test_input_errors(tmp_path):
     def prepare(input: str, **settings):
         return prepare_corpus(CorpusConfig(input=input, workers=1, progress=False, **settings), tmp_path / "out")
@@ -167,6 +172,7 @@ def test_input_errors(tmp_path):
             CorpusConfig(**settings)
 
 
+@pytest.mark.gpt2_bpe
 @pytest.mark.slow
 def test_prepare_script_then_the_training_data_loader(tmp_path, corpus_text, script_env):
     write_corpus(tmp_path / "corpus", corpus_text)
@@ -225,6 +231,7 @@ def write_large_corpus(folder: Path, megabytes: float, words: list[str]) -> int:
     return (folder / "book.txt").stat().st_size + (folder / "web.jsonl").stat().st_size
 
 
+@pytest.mark.gpt2_bpe
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; ru_maxrss is in kilobytes on Linux only")
 def test_peak_memory_stays_flat_as_the_corpus_grows(tmp_path, corpus_text, script_env):
@@ -271,6 +278,7 @@ def test_a_file_without_newlines_is_read_in_bounded_memory(tmp_path):
     assert longest < 2 << 18
 
 
+@pytest.mark.gpt2_bpe
 @pytest.mark.parametrize("chunk_bytes", [1, 7, 64])
 def test_pieces_of_a_text_without_newlines_encode_to_the_tokens_of_the_whole(tmp_path, chunk_bytes):
     text = TRICKY.replace("\n", " ").replace("\r", " ") * 3
@@ -290,6 +298,7 @@ def test_a_word_longer_than_any_cut_is_cut_at_a_character_start(tmp_path):
     assert len(pieces) >= 2 and max(size for _, size in pieces) <= MIN_FORCED_CUT + 1000
 
 
+@pytest.mark.gpt2_bpe
 def test_the_test_split_leaves_val_as_it_was_and_is_recorded(tmp_path, corpus_text):
     from text.dataset import split_difference, split_identity
 

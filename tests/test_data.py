@@ -73,6 +73,7 @@ def test_char_tokenizer_unknown_character_is_named():
         tokenizer.encode("abz")
 
 
+@pytest.mark.gpt2_bpe
 def test_gpt2_tokenizer_is_tiktokens_gpt2():
     tokenizer = GPT2Tokenizer()
     assert tokenizer.encode("Hello world") == [15496, 995]
@@ -143,6 +144,7 @@ def test_char_prepare_round_trip_and_split_sizes(tmp_path, val_fraction):
     assert description["test_tokens"] == len(test)
 
 
+@pytest.mark.gpt2_bpe
 def test_gpt2_prepare_uses_uint16_and_gpt2_ids(tmp_path, corpus_text):
     text = corpus_text[:5000]
     description = prepare(text, tmp_path, "gpt2")
@@ -156,6 +158,7 @@ def test_gpt2_prepare_uses_uint16_and_gpt2_ids(tmp_path, corpus_text):
     assert decoded_splits(tmp_path) == split_by_hand(text)
 
 
+@pytest.mark.gpt2_bpe
 def test_every_tokenizer_holds_the_same_text_in_each_split(tmp_path, corpus_text):
     """char, GPT-2 and a learned BPE prepared from one text: the same characters in train, test and val, cut
     where the text allows it. 20,000 characters: about a second in all."""

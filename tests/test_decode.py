@@ -209,6 +209,7 @@ class CountingTokenizer:
         return self.tokenizer.decode(ids)
 
 
+@pytest.mark.gpt2_bpe
 def test_incremental_text_decodes_each_token_once_and_sends_the_rest():
     tokenizer = GPT2Tokenizer()
     text = "a 😀 b 你好, and on " * 20
@@ -287,6 +288,7 @@ def pushed(stop_text: G.StopText, ids: list[int]) -> list[str]:
     return [stop_text.push(token) for token in ids] + [stop_text.finish()]
 
 
+@pytest.mark.gpt2_bpe
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_stop_string_across_two_tokens_ends_the_text_and_the_stream_never_passes_it(keep):
     tokenizer = GPT2Tokenizer()
@@ -302,6 +304,7 @@ def test_a_stop_string_across_two_tokens_ends_the_text_and_the_stream_never_pass
     assert stop_text.done
 
 
+@pytest.mark.gpt2_bpe
 def test_the_earliest_of_several_stops_wins_and_a_prefix_that_never_completes_is_sent_at_the_end():
     tokenizer = GPT2Tokenizer()
     text = "one, two. three"
@@ -312,6 +315,7 @@ def test_the_earliest_of_several_stops_wins_and_a_prefix_that_never_completes_is
     assert "".join(pieces) == text and pieces[-1] == " three"  # held back to the end, then sent
 
 
+@pytest.mark.gpt2_bpe
 @pytest.mark.parametrize("keep", [False, True])
 def test_end_of_text_ends_the_text(keep):
     tokenizer = GPT2Tokenizer()

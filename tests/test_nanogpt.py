@@ -160,6 +160,7 @@ def test_meta_pkl_is_found_where_nanogpts_sample_looks(tmp_path, monkeypatch):
     assert read_checkpoint(path)[1]["tokenizer"]["chars"] == CHARS[::-1]
 
 
+@pytest.mark.gpt2_bpe
 def test_padded_gpt2_vocabulary_samples_only_real_tokens(tmp_path):
     path = write_nanogpt_run(tmp_path / "out", n_layer=1, n_embd=8, vocab_size=50304, block_size=16,
                              dataset="openwebtext")

@@ -43,6 +43,7 @@ def test_prompt_from_file(tmp_path):
     assert tokenizer.decode(encode_prompt(tokenizer, f"FILE:{tmp_path / 'prompt.txt'}", 8)) == "bca"
 
 
+@pytest.mark.gpt2_bpe
 def test_empty_prompt_starts_from_end_of_text_with_bpe():
     assert encode_prompt(GPT2Tokenizer(), "", 8) == [50256]
 
@@ -102,6 +103,7 @@ def test_cli_compiled_decoding_prints_the_same_samples(trained_run, script_env):
     assert "compiled decode step: its compilation included" in compiled.stderr
 
 
+@pytest.mark.gpt2_bpe
 def test_stream_sends_the_text_still_pending_at_the_end(monkeypatch):
     """A BPE sample that ends inside a multi-byte character: the stream waits for the rest, which never comes;
     what is pending must still be sent, so that the stream equals the sample."""
@@ -150,6 +152,7 @@ def test_cli_bad_input_is_a_clear_error(trained_run, tmp_path):
     assert missing.returncode == 2 and "no checkpoint" in missing.stderr
 
 
+@pytest.mark.gpt2_bpe
 def test_sample_from_local_hugging_face_directory(tmp_path):
     torch.manual_seed(0)
     export_hf(GPT(GPTConfig(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=8)), tmp_path / "hf")
@@ -244,6 +247,7 @@ class Fixed(torch.nn.Module):
             yield torch.tensor([[token]] * idx.size(0))
 
 
+@pytest.mark.gpt2_bpe
 @pytest.mark.parametrize("end_of_text_stops", [True, False])
 def test_end_of_text_ends_a_bpe_sample_by_default(monkeypatch, end_of_text_stops):
     tokenizer = GPT2Tokenizer()
@@ -255,6 +259,7 @@ def test_end_of_text_ends_a_bpe_sample_by_default(monkeypatch, end_of_text_stops
     assert texts == [expected, expected]
 
 
+@pytest.mark.gpt2_bpe
 def test_tokens_per_second_counts_the_tokens_generated_before_every_sample_stopped(monkeypatch):
     from sample import sample_and_count
 

@@ -126,6 +126,7 @@ def test_tost_by_hand():
 # ---------------------------------------------------------------------------------------------------- bits per byte
 
 
+@pytest.mark.gpt2_bpe
 def test_bits_per_byte_of_hand_counted_text():
     text = "héllo, wörld\n"  # 13 characters, 15 UTF-8 bytes (é and ö take 2)
     char = CharTokenizer.from_text(text)

@@ -437,6 +437,7 @@ def bpe_run(tmp_path_factory, corpus_text) -> Path:
     return root / "out"
 
 
+@pytest.mark.gpt2_bpe
 def test_bpe_train_and_sample(bpe_run):
     import sample
     from text.tokenizer import GPT2Tokenizer
@@ -452,6 +453,7 @@ def test_bpe_train_and_sample(bpe_run):
     assert texts[0].startswith("ROMEO:") and len(expected) == len(prompt) + 12
 
 
+@pytest.mark.gpt2_bpe
 def test_bpe_sampling_never_yields_padding_ids(bpe_run):
     """The padded rows are never trained towards, but nothing stops the sampler from drawing them: with a
     briefly trained model and top_k=None, 10 of 20 seeds hit one in 3 x 200 tokens (seen). Here a row is made
@@ -473,6 +475,7 @@ def test_bpe_sampling_never_yields_padding_ids(bpe_run):
     assert text == tokenizer.decode(ids)
 
 
+@pytest.mark.gpt2_bpe
 def test_finetune_from_a_local_hugging_face_directory(tmp_path, bpe_run):
     """init_from=<HF dir> (how config/finetune_shakespeare.py starts, offline): the weights arrive unchanged,
     the position table cropped to block_size; training on and resuming then work on the 50257-token model."""

@@ -26,13 +26,14 @@ def is_printable(byte: int) -> bool:
     return 0x21 <= byte <= 0x7E
 
 
-def line_start_before_end(data: bytes) -> int:
-    """The last offset that follows a newline and holds a printable ASCII character other than space, where the
-    newline follows one too; 0 if none."""
-    cut = data.rfind(b"\n", 1, len(data) - 1)
-    while cut >= 1 and not (is_printable(data[cut - 1]) and is_printable(data[cut + 1])):
-        cut = data.rfind(b"\n", 1, cut)
-    return max(cut + 1, 0)
+def line_start_before_end(data: bytes, single_newline: bool = True) -> int:
+    """The last offset that follows a newline and holds a printable ASCII character other than space, where (with
+    single_newline) the newline follows one too; 0 if none."""
+    cut = data.rfind(b"\n", 0, len(data) - 1)
+    while cut >= 0 and not (is_printable(data[cut + 1]) and
+                            (not single_newline or cut > 0 and is_printable(data[cut - 1]))):
+        cut = data.rfind(b"\n", 0, cut)
+    return cut + 1
 
 
 def word_start_before_end(data: bytes) -> int:
@@ -61,12 +62,14 @@ def safe_cut(data: bytes, max_piece_bytes: int) -> int:
 
 
 def text_cut(text: str, offset: int) -> int:
-    """The last place at or before character offset (below len(text)) that starts a piece, a line or a word
-    start, whichever is later, within MIN_FORCED_CUT characters; offset itself if there is none (a text of no
-    ASCII words). Every tokenizer's splits cut here: the pieces encode to the whole text's tokens."""
+    """The last place at or before character offset (below len(text)) that starts a line or a word, whichever is
+    later, within MIN_FORCED_CUT characters; offset itself if there is none (a text of no ASCII words). Every
+    tokenizer's splits cut here, at the same character. A line start after more than one newline counts too (the
+    rule every prepared dataset was cut by): there the split before it ends in one piece of whitespace ("\n\n")
+    where the whole text has two ("\n", "\n"), its only token that differs from the whole's."""
     start = max(offset - MIN_FORCED_CUT, 0)
     window = text[start:offset + 1].encode("utf-8")  # ends with text[offset]: a piece may start there
-    cut = max(line_start_before_end(window), word_start_before_end(window))
+    cut = max(line_start_before_end(window, single_newline=False), word_start_before_end(window))
     # The cut is at an ASCII byte (a newline's next or a space), so the bytes before it decode whole.
     return start + len(window[:cut].decode("utf-8")) if cut else offset
 
