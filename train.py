@@ -28,7 +28,7 @@ from gpt.extend import METHODS, extend_for_training
 from gpt.model import GPT, GPTConfig
 from options import parse_options_and_choices
 from text.dataset import check_recorded_tokens, get_batch, load_split, resolve_data_dir, sample_offsets
-from text.tokenizer import from_description, read_description, token_byte_counts
+from text.tokenizer import bits_per_unit, from_description, read_description, token_byte_counts
 from training.batches import Batch, BatchPrefetcher
 from training.checkpoint import (
     SEED_LIMIT,
@@ -46,7 +46,7 @@ from training.checkpoint import (
     restore,
     save_checkpoint,
 )
-from training.devices import DTYPES, autocast_context, choose_device, choose_dtype
+from training.devices import DTYPES, autocast_context, choose_device, choose_dtype, dtype_name
 from training.memory import parameter_counts, saved_activation_bytes, training_state_bytes
 from training.nanogpt import continue_training, init_checkpoint
 from training.parallel import (
@@ -322,7 +322,12 @@ class Run:
 
     @property
     def tokens_per_iter(self) -> int:
-        return self.config.gradient_accumulation_steps * self.config.batch_size * self.block_size
+        return tokens_per_iter(self.config, self.model_config)
+
+
+def tokens_per_iter(config: TrainConfig, model_config: GPTConfig) -> int:
+    """Tokens one optimizer step trains on: a study's budgets count them, the loop's tokens/s divides by them."""
+    return config.gradient_accumulation_steps * config.batch_size * model_config.block_size
 
 
 def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: int, device: torch.device,
@@ -408,7 +413,7 @@ def open_metrics_log(run: Run) -> MetricsLog:
 def run_checkpoint(run: Run, rng: dict | None = None) -> dict:
     """checkpoint.checkpoint_dict of the run as it stands (with the random state rng, default the current one);
     under FSDP every rank must call it."""
-    config = replace(run.config, dtype=str(run.dtype).removeprefix("torch."))  # the dtype chosen, not "auto"
+    config = replace(run.config, dtype=dtype_name(run.dtype))  # the dtype chosen, not "auto"
     return checkpoint_dict(run.model, run.optimizer, model_config=run.model_config, config=config,
                            tokenizer=run.data_description, iter_num=run.iter_num, best_val_loss=run.best_val_loss,
                            rng=random_state(run.batch_generator, run.device) if rng is None else rng)
@@ -458,7 +463,7 @@ def estimate_bytes(splits: dict, config: TrainConfig, block_size: int, data_desc
 def bits_per_byte(run: Run, losses: dict[str, float]) -> dict[str, float]:
     """The estimate's mean loss per token (nats) as bits per UTF-8 byte of the text its targets stand for."""
     tokens = run.config.eval_iters * run.config.batch_size * run.block_size
-    return {split: loss * tokens / run.estimate_bytes[split] / math.log(2) if run.estimate_bytes[split] else math.nan
+    return {split: bits_per_unit(loss, tokens, run.estimate_bytes[split]) if run.estimate_bytes[split] else math.nan
             for split, loss in losses.items()}
 
 
@@ -617,7 +622,7 @@ def train_loop(run: Run) -> dict:
             "train_losses": train_losses, "step_seconds": step_seconds, "train_seconds": train_seconds,
             "tokens_per_sec": run.tokens_per_iter * len(measured) / sum(measured) if measured else 0.0,
             "interrupted": int(stopped_by), "out_dir": str(run.out_dir),
-            "dtype": str(run.dtype).removeprefix("torch."),
+            "dtype": dtype_name(run.dtype),
             "model": None if run.sharded else run.model}  # a sharded model holds the process group (end_processes)
 
 

@@ -62,10 +62,6 @@ def seconds(run: Callable[[], object], clock, device: torch.device) -> float:
     return clock() - started
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def figure(table: str, row: str, column: str, value: float, unit: str) -> dict:
     """One measured figure: a cell of a table, in a unit of FORMATS."""
     return {"table": table, "row": row, "column": column, "value": value, "unit": unit}

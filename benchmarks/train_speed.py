@@ -13,12 +13,12 @@ from unittest import mock
 
 import torch
 
-from benchmarks.common import BenchConfig, bench_clock, dtype_name, figure, synchronize
+from benchmarks.common import BenchConfig, bench_clock, figure, synchronize
 from gpt.model import GPT, GPTConfig, has_fused_adamw
 from text.dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import read_description
-from train import TrainConfig, model_vocab_size, train, training_dtype
-from training.devices import autocast_context, choose_device, choose_dtype
+from train import TrainConfig, model_vocab_size, tokens_per_iter, train, training_dtype
+from training.devices import autocast_context, choose_device, choose_dtype, dtype_name
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets; the first key found in the device name
 # counts (so "H100 PCIe" before "H100"). Other GPUs get their measured matmul peak.
@@ -150,7 +150,7 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
     device = choose_device(config.device)
     description = read_description(resolve_data_dir(config.dataset))
     model_config = replace(model_config, vocab_size=model_vocab_size(description))
-    tokens_per_step = config.batch_size * config.gradient_accumulation_steps * model_config.block_size
+    tokens_per_step = tokens_per_iter(config, model_config)
     dtype, dtype_reason = training_dtype(config, device)
     config = replace(config, dtype=dtype_name(dtype))
     clock = bench_clock(bench, device)

@@ -15,7 +15,7 @@ from gpt.model import GPTConfig
 from options import convert_value
 from study.config import PER_RUN, AblateConfig
 from train import TrainConfig, training_dtype
-from training.devices import choose_device
+from training.devices import choose_device, dtype_name
 
 LABEL_WORDS = {"learning_rate": "lr", "learned_init_std": "init std"}  # how cell_label names these settings
 FROM_CELL = "from_cell"  # the cell setting of a finetune: the cell whose final checkpoint each seed starts from
@@ -34,7 +34,7 @@ def with_resolved_dtype(train_config: TrainConfig) -> TrainConfig:
     """The config with its dtype as the runs train in it ("auto" resolved once, for the device): every run of a
     study then trains in the dtype its settings name, and a record says which."""
     dtype, _ = training_dtype(train_config, choose_device(train_config.device))
-    return replace(train_config, dtype=str(dtype).removeprefix("torch."))
+    return replace(train_config, dtype=dtype_name(dtype))
 
 
 def field_types() -> dict[str, tuple[type, object]]:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from study.config import AblateConfig
 from study.evaluation import protocol_window, sliding_geometry
-from study.plan import STABLE, StudyRun, tokens_per_iter
+from study.plan import STABLE, StudyRun
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
-from train import train
+from train import tokens_per_iter, train
 from training.run_dir import CHECKPOINT
 
 PROBE_STEPS = 20  # timed steps of the probe (its first, with warm-up, is left out by train())

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from gpt.model import GPT
 from gpt.positions import encoding_of
 from study.config import AblateConfig
-from text.tokenizer import from_description, token_byte_counts, token_char_counts
+from text.tokenizer import bits_per_unit, from_description, token_byte_counts, token_char_counts
 from training.devices import autocast_context
 
 
@@ -28,7 +28,7 @@ def target_counts(data: np.ndarray, description: dict) -> dict[str, int]:
 def bits_per(nats_per_token: float, counts: dict[str, int], unit: str) -> float:
     """A mean loss in nats per token as bits per byte (unit "bytes") or per character ("chars"): the same total
     information spread over the text the tokens stand for."""
-    return nats_per_token * counts["tokens"] / counts[unit] / math.log(2)
+    return bits_per_unit(nats_per_token, counts["tokens"], counts[unit])
 
 
 def eval_lengths(block_size: int, multipliers: list[float]) -> list[int]:

@@ -3,7 +3,6 @@ cells start from, the data), one study at a time; the dtype every run trains in 
 
 import contextlib
 import json
-import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +14,7 @@ from study.cells import with_resolved_dtype
 from study.config import PER_RUN, AblateConfig
 from study.plan import StudyRun
 from study.records import changed_settings, config_settings, read_json
+from text.corpus import usable_cpus
 from train import TrainConfig
 
 # AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
@@ -100,7 +100,3 @@ def check_modes(plan: list[StudyRun], ablate: AblateConfig) -> None:
         raise OptionError(f"jobs={ablate.jobs} is more than {limit}: the study has {len(plan)} runs and this "
                           f"machine {usable_cpus()} CPUs, each job needs one; give --jobs={limit} or fewer")
 
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (a scheduler's allocation, not the whole machine's)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

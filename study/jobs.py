@@ -16,10 +16,11 @@ from errors import UserError
 from gpt.model import GPTConfig
 from study.config import AblateConfig, parse_time_limit
 from study.cost import OutOfTime, TimeBox, plan_view, rebuild_steps, run_estimates
-from study.folder import check_modes, claim_study, study_identity, usable_cpus
+from study.folder import check_modes, claim_study, study_identity
 from study.plan import STABLE, StudyRun
 from study.records import code_version
 from study.run import cached_eval, claim, eval_key, finish_run, finished_record
+from text.corpus import usable_cpus
 from train import TrainConfig
 from training.run_dir import CHECKPOINT_FILES, DONE_FILE, Interrupted
 

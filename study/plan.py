@@ -72,10 +72,6 @@ def entry(cell: Cell, seed: int, budget: int, role: str, split: str, run_dir: Pa
                     train_config)
 
 
-def tokens_per_iter(train_config, model_config) -> int:
-    """Tokens one optimizer step trains on: the x axis of a study's budgets."""
-    return train_config.gradient_accumulation_steps * train_config.batch_size * model_config.block_size
-
 
 def wsd_branches(train_config) -> bool:
     return train_config.decay_lr and train_config.lr_schedule == "wsd"

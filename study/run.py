@@ -21,7 +21,7 @@ from errors import UserError
 from files import atomic_files, hold_lock, remove_stale_temps, write_atomic
 from study.config import AblateConfig
 from study.evaluation import eval_lengths, evaluate_model, sliding_geometry, target_counts
-from study.plan import STABLE, StudyRun, tokens_per_iter
+from study.plan import STABLE, StudyRun
 from study.records import (
     EVAL_FIELDS,
     RECORD_FIELDS,
@@ -36,7 +36,7 @@ from study.records import (
     settings,
 )
 from text.dataset import load_split, resolve_data_dir, split_identity
-from train import train
+from train import tokens_per_iter, train
 from training.checkpoint import read_checkpoint
 from training.devices import choose_device, choose_dtype
 from training.run_dir import CHECKPOINT, DONE_FILE, Interrupted

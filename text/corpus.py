@@ -37,7 +37,8 @@ WORKERS_PER_CORE = 4  # more processes than this only add memory: each holds its
 MAX_CHUNK_BYTES = 1 << 28  # a piece is held by the reader and by a worker, a few per worker at once
 
 
-def cpu_cores() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a scheduler's allocation, not the whole machine's)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -60,10 +61,10 @@ class CorpusConfig:
         check_test_fraction(self.test_fraction, self.val_fraction)
         if self.workers < 0:
             raise ValueError(f"workers={self.workers} must be >= 0 (0: one per CPU core)")
-        if self.workers > WORKERS_PER_CORE * cpu_cores():
-            raise ValueError(f"workers={self.workers} is more than {WORKERS_PER_CORE * cpu_cores()} "
-                             f"({WORKERS_PER_CORE} per CPU core, {cpu_cores()} here): each is a process with its own "
-                             f"memory; use --workers={cpu_cores()} or fewer (0: one per core)")
+        if self.workers > WORKERS_PER_CORE * usable_cpus():
+            raise ValueError(f"workers={self.workers} is more than {WORKERS_PER_CORE * usable_cpus()} "
+                             f"({WORKERS_PER_CORE} per CPU core, {usable_cpus()} here): each is a process with its own "
+                             f"memory; use --workers={usable_cpus()} or fewer (0: one per core)")
         if not 1 <= self.chunk_bytes <= MAX_CHUNK_BYTES:
             raise ValueError(f"chunk_bytes={self.chunk_bytes} must be at least 1 and at most {MAX_CHUNK_BYTES:,} "
                              "(a few pieces per worker are in memory at once)")
@@ -191,7 +192,7 @@ def encode_pieces(batch: list[tuple[str, bool]], dtype: str) -> np.ndarray:
 
 
 def worker_count(requested: int) -> int:
-    return requested or cpu_cores()
+    return requested or usable_cpus()
 
 
 def tokenize_corpus(files: list[Path], config: CorpusConfig, tokenizer: Tokenizer, outputs: dict[str, object],

@@ -3,6 +3,7 @@ beside the data. The description is plain data: a learned BPE's tokens are in it
 that stores the description (checkpoint.py) can be sampled from without the data folder and without pickle."""
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -133,6 +134,12 @@ def token_byte_counts(tokenizer: Tokenizer) -> np.ndarray:
     """Bytes of UTF-8 text per id (int64, by id): summed over a token stream, the bytes of its text, the
     denominator of bits per byte. <|endoftext|> counts 0."""
     return np.array([len(b) for b in token_bytes(tokenizer)], dtype=np.int64)
+
+
+def bits_per_unit(nats_per_token: float, tokens: int, units: int) -> float:
+    """A mean loss in nats per token as bits per byte or per character: the same total information (nats per token
+    x tokens, in bits) spread over the units of text the tokens stand for."""
+    return nats_per_token * tokens / units / math.log(2)
 
 
 def token_char_counts(tokenizer: Tokenizer) -> np.ndarray:

@@ -62,6 +62,11 @@ def use_huge_pages() -> None:
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """float32, bfloat16: how configs, records and tables name a dtype."""
+    return str(dtype).removeprefix("torch.")
+
+
 def autocast_context(device: torch.device, dtype: torch.dtype):
     """Mixed precision where asked; fp32 runs with no autocast at all."""
     if dtype == torch.float32:
