@@ -1,5 +1,6 @@
 """Speed, measured side by side in one process so that its ratios compare, and repeated in separate processes
-(--repeats) so that every figure comes as the spread over them: median (min-max), as Markdown tables for the README.
+(--repeats) so that every figure comes as the spread over them: median (min-max), as Markdown tables
+(docs/benchmarks.md keeps them).
 
     python bench.py config/train_shakespeare_char_cpu.py --compile=True     # training: each change vs the plain loop
     python bench.py config/train_shakespeare_char.py --what=sample --device=cpu   # decoding vs matmul floor

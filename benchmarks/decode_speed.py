@@ -160,7 +160,7 @@ def bench_sample(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
 
 def step_variants() -> dict[str, dict]:
     """torch.compile's arguments for the frozen CPU decode step as fast_decode.py ships it, and with one of its choices
-    undone each (the README's "measured on its own")."""
+    undone each (docs/benchmarks.md's "measured on its own")."""
     shipped = FROZEN_STEP_OPTIONS["options"]
     return {"as shipped": shipped,
             "every guard checked": {k: v for k, v in shipped.items() if k != "guard_filter_fn"},

@@ -14,7 +14,8 @@ SPLITS = ("test", "val")
 MAX_SEEDS = 10_000  # seeds per cell: a plan of them is built in memory
 MAX_SEED = 2**63 - 1  # seeds are int64
 
-# The cells of README's study; the other registered encodings (positions.POS_ENCODINGS: t5) join with --variants.
+# A study's cells when --variants is not given: the five encodings of the first position study
+# (docs/positions/previous/); the other registered encodings (gpt.positions.POS_ENCODINGS: t5) join with --variants.
 STUDY_CELLS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
 

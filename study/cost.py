@@ -53,7 +53,7 @@ def rebuild_steps(plan: list[StudyRun], finished: list[dict | None]) -> list[int
     return steps
 
 
-def forward_tokens(run: StudyRun, ablate: "AblateConfig") -> float:
+def forward_tokens(run: StudyRun, ablate: AblateConfig) -> float:
     """Tokens the run's evaluation forwards (0 for a constant-rate segment, never evaluated): its split once per
     length and protocol, a sliding window's overlap counted again."""
     if run.role == STABLE:
@@ -81,7 +81,7 @@ def probe_step_seconds(run: StudyRun) -> float:
     return statistics.median(result["step_seconds"][1:])
 
 
-def run_estimates(plan: list[StudyRun], ablate: "AblateConfig", finished: list[dict | None]) -> list[float]:
+def run_estimates(plan: list[StudyRun], ablate: AblateConfig, finished: list[dict | None]) -> list[float]:
     """Estimated seconds each run still needs (0 for one finished and evaluated: finished[i] is its record, with
     "eval" where it has one). Timings come from the finished runs, else from a probe."""
     by_dir = {run.dir: run for run in plan}

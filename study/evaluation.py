@@ -36,7 +36,7 @@ def eval_lengths(block_size: int, multipliers: list[float]) -> list[int]:
 
 
 def forward_pieces(n_targets: int, length: int, window: int, stride: int) -> list[tuple[int, int, int]]:
-    """How the protocols cut the val split: (start, size, scored_from) for each forward pass.
+    """How the protocols cut the scored split: (start, size, scored_from) for each forward pass.
 
     The n_targets targets are cut into consecutive windows of `length` (the last one shorter). A window of at
     most `window` tokens is one forward; a longer one goes through pieces of `window` tokens advancing by
@@ -57,7 +57,7 @@ def forward_pieces(n_targets: int, length: int, window: int, stride: int) -> lis
 
 def token_losses(losses_of: Callable, data: np.ndarray, length: int, window: int, stride: int,
                  batch_size: int) -> np.ndarray:
-    """The loss of every val target data[1:], scored as forward_pieces says; losses_of(x, y) -> (B, T) losses."""
+    """The loss of every target data[1:] of the scored split, as forward_pieces says; losses_of(x, y) -> (B, T)."""
     n_targets = len(data) - 1
     out = np.full(n_targets, np.nan)
     pieces = np.array(forward_pieces(n_targets, length, window, stride), dtype=np.int64)
@@ -69,7 +69,7 @@ def token_losses(losses_of: Callable, data: np.ndarray, length: int, window: int
             losses = np.asarray(losses_of(tokens[index], tokens[index + 1]), dtype=np.float64)
             scored = np.arange(size)[None, :] >= batch[:, 2:3]
             out[index.numpy()[scored]] = losses[scored]
-    assert not np.isnan(out).any(), "a val token was not scored"  # forward_pieces covers every target
+    assert not np.isnan(out).any(), "a token of the split was not scored"  # forward_pieces covers every target
     return out
 
 
@@ -89,7 +89,7 @@ def model_losses(model: GPT, device: torch.device, dtype: torch.dtype) -> Callab
     return losses_of
 
 
-def sliding_geometry(ablate: "AblateConfig", block_size: int) -> tuple[int, int]:
+def sliding_geometry(ablate: AblateConfig, block_size: int) -> tuple[int, int]:
     """The sliding protocol's window and stride: by default block_size, and a quarter of the window."""
     window = ablate.sliding_window or block_size
     return window, ablate.sliding_stride or max(1, window // 4)
@@ -99,7 +99,7 @@ def protocol_window(protocol: str, length: int, window: int) -> int:
     return length if protocol == "nonoverlapping" else min(window, length)
 
 
-def evaluate_model(model: GPT, val: np.ndarray, lengths: list[int], ablate: "AblateConfig", device: torch.device,
+def evaluate_model(model: GPT, data: np.ndarray, lengths: list[int], ablate: AblateConfig, device: torch.device,
                    dtype: torch.dtype) -> dict[str, dict[str, dict | None]]:
     """{protocol: {length: {"loss", "per_position"} or None where the model has no positions that far}}."""
     model.eval()
@@ -115,7 +115,7 @@ def evaluate_model(model: GPT, val: np.ndarray, lengths: list[int], ablate: "Abl
                 continue
             same = results.get("nonoverlapping", {}).get(str(length)) if widest == length else None
             if same is None:
-                losses = token_losses(losses_of, val, length, widest, stride, ablate.eval_batch_size)
+                losses = token_losses(losses_of, data, length, widest, stride, ablate.eval_batch_size)
                 same = {"loss": float(losses.mean()), "per_position": by_position(losses, length)}
             results[protocol][str(length)] = same
     return results

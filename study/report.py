@@ -146,7 +146,7 @@ def comparison_table(rows: list[dict], block_size: int, labels: dict[str, str]) 
     return markdown_table(columns, cells)
 
 
-def study_comparisons(records: list[dict], cells: list[str], lengths: list[int], ablate: "AblateConfig",
+def study_comparisons(records: list[dict], cells: list[str], lengths: list[int], ablate: AblateConfig,
                       block_size: int, own: dict[str, str] | None = None,
                       bases: dict[str, str] | None = None) -> dict[str, list[dict]]:
     """The families of paired tests the results report; Holm's correction applies within each (and length).
@@ -181,7 +181,7 @@ def study_comparisons(records: list[dict], cells: list[str], lengths: list[int],
     return families
 
 
-def budget_summary(records: list[dict], study: dict, ablate: "AblateConfig") -> dict:
+def budget_summary(records: list[dict], study: dict, ablate: AblateConfig) -> dict:
     """Every budget at L = block_size: each cell's mean and interval, and each cell's paired gap to the reference
     cell (with the TOST verdict when a margin is set); the data of the loss- and gap-against-tokens plots."""
     block_size, cells = study["block_size"], study["cells"]
@@ -237,7 +237,7 @@ FAMILY_NOTES = {
 }
 
 
-def header_lines(ablate: "AblateConfig", plan: list[StudyRun], records: list[dict], study: dict) -> list[str]:
+def header_lines(ablate: AblateConfig, plan: list[StudyRun], records: list[dict], study: dict) -> list[str]:
     first, model_config = plan[0].train_config, plan[0].model_config
     window, stride = sliding_geometry(ablate, model_config.block_size)
     budget = f"{study['headline_budget']} steps" + (

@@ -87,6 +87,35 @@ def test_the_tests_read_nothing_beside_the_repository():
     assert not found, found
 
 
+SOURCES = sorted(p for folder in ("", "gpt", "text", "training", "study", "benchmarks", "config", "data")
+                 for p in (REPO_ROOT / folder).glob("*.py" if folder in ("", "config") else "**/*.py"))
+DOC_PATH = re.compile(r"\bdocs/[\w./-]*\w(?:#[\w-]+)?")
+README_SECTION = re.compile(r"README, \"?([A-Z][\w ']*[\w'])")
+
+
+def pointer_problems(text: str) -> list[str]:
+    """What a comment or docstring points at that does not exist: a docs/ file or its #anchor, a README section."""
+    problems = []
+    for target in DOC_PATH.findall(text):
+        path, _, anchor = target.partition("#")
+        file = REPO_ROOT / path
+        if not file.exists():
+            problems.append(f"{target}: no file {path}")
+        elif anchor and anchor not in anchors(file):
+            problems.append(f"{target}: no heading #{anchor} in {path}")
+    readme = [heading.lower() for heading in re.findall(r"^#{1,6}\s+(.*?)\s*$", (REPO_ROOT / "README.md").read_text(
+        encoding="utf-8"), flags=re.M)]
+    problems += [f"README, {section}: no such section" for section in README_SECTION.findall(text)
+                 if not any(heading.startswith(section.lower()) for heading in readme)]
+    return problems
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_code_points_only_at_docs_that_exist(source):
+    """Comments and docstrings name docs/ pages, their sections and README sections: each must still be there."""
+    assert not pointer_problems(source.read_text(encoding="utf-8"))
+
+
 def test_the_checker_finds_what_it_should(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# A title, with `code`\n\n[ok](#a-title-with-code) [gone](missing.md) `[not a link](x.md)`\n"
@@ -96,6 +125,10 @@ def test_the_checker_finds_what_it_should(tmp_path):
     assert MACHINE_PATHS.search("python3 prepare.py --input=../shared/data/tinyshakespeare/input.txt")
     assert MACHINE_PATHS.search("TIKTOKEN_CACHE_DIR=/somewhere/tiktoken_cache python3 bench.py")
     assert not MACHINE_PATHS.search("TIKTOKEN_CACHE_DIR=<folder holding tiktoken's cached GPT-2 files>")
+    assert pointer_problems("# see docs/training.md and (README, Tests); docs/study_method.md's budgets") == []
+    assert pointer_problems("# (README, Speed), docs/gone.md, docs/training.md#no-such-heading") == [
+        "docs/gone.md: no file docs/gone.md", "docs/training.md#no-such-heading: no heading #no-such-heading in "
+        "docs/training.md", "README, Speed: no such section"]
     assert absolute_paths({"data": {"source": "/home/me/input.txt"}, "x": ["~/a", "C:\\b"]}) == [
         "/home/me/input.txt", "~/a", "C:\\b"]
     assert absolute_paths({"a": "docs/positions", "b": "1/2", "c": "/", "d": "nanoGPT data folder /x/y"}) == []

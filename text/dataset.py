@@ -40,7 +40,8 @@ SINGLE_TEXT_RULE = ("train | test | val in text order, cut in characters: val th
                     "test_fraction before it, each cut moved back to where a piece of the text starts")
 # The rule before, when char and gpt2 cut their token stream: its datasets load and resume, none is prepared again.
 OLD_SINGLE_TEXT_RULE = "train | test | val in text order: val the last val_fraction, test the test_fraction before it"
-MAX_TEXT_BYTES = 1 << 28  # a single text is held in memory ~20 times over (README); larger: data/corpus/
+# A single text is held in memory ~20 times over (docs/data_and_tokenizers.md); a larger one goes to data/corpus/.
+MAX_TEXT_BYTES = 1 << 28
 
 
 @dataclass

@@ -251,14 +251,16 @@ def tokenizer_difference(old: dict, new: dict) -> str | None:
     return None
 
 
-# How README names a dataset made by --out_dir: data/<text>_bpe<N>, data/<text>_gpt2, from data/<text>_char's text.
+# How the configs and docs name a dataset made by --out_dir: data/<text>_bpe<N>, data/<text>_gpt2, from the text of
+# data/<text>_char (config/ablate_positions_bpe.py's shakespeare_bpe1024, ablate_tokenizers_python_docs.py's
+# python_docs_gpt2).
 OUT_DIR_NAME = re.compile(r"(?P<text>.+)_(?:bpe(?P<vocab_size>\d+)|(?P<kind>gpt2|char))")
 
 
 def preparer_command(data_dir: str | os.PathLike, overwrite: bool = False) -> str:
     """The command that makes the dataset folder data_dir (again, with overwrite): data/<name>/prepare.py in a
     preparer's own folder; in a folder made with --out_dir, the preparer of its text with that --out_dir (exactly,
-    for README's names, shakespeare_bpe1024 or python_docs_gpt2; else an example), never a data/<name>/prepare.py
+    for those names, shakespeare_bpe1024 or python_docs_gpt2; else an example), never a data/<name>/prepare.py
     that does not exist."""
     folder, again = Path(data_dir), " --overwrite=True" if overwrite else ""
     under_data = folder.resolve().parent == DATA_ROOT

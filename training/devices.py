@@ -56,8 +56,9 @@ def use_huge_pages() -> None:
 
     The compiled decode step streams its packed weights (MKL's format) once per token, and on this repository's
     2-core machine 4 KiB pages cost it 11%: 5.12 against 4.54 ms a step, while F.linear on the plain weights ran as
-    fast either way (README, Speed). Torch reads the variable once, at its first allocation, so the decoding
-    command lines call this before any tensor exists; elsewhere, set THP_MEM_ALLOC_ENABLE=1 yourself.
+    fast either way (docs/benchmarks.md, "decoding, and huge pages in alternating processes"). Torch reads the
+    variable once, at its first allocation, so the decoding command lines call this before any tensor exists;
+    elsewhere, set THP_MEM_ALLOC_ENABLE=1 yourself.
     """
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 

@@ -1,6 +1,7 @@
 """What one GPU holds while training GPT-2 with AdamW, from the model's shapes: DDP against FSDP.
 
-    python -m training.memory                  # the README's table: 124M to 13B, 8 GPUs, micro-batch 8 x 1024 tokens
+    python -m training.memory                  # docs/distributed.md's memory table: 124M to 13B, 8 GPUs,
+                                               # micro-batch 8 x 1024 tokens
     python -m training.memory --micro_batch=4 --gpus=16 --gpu_gb=40
 
 Mixed precision as train.py runs it on a GPU: fp32 weights, gradients and AdamW moments (16 bytes per parameter),
