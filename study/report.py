@@ -201,9 +201,10 @@ def budget_summary(records: list[dict], study: dict, ablate: AblateConfig) -> di
 
 def gap_moves(by_budget: dict) -> list[dict]:
     """Whether the ranking was read where it had stopped moving: for each budget after the first, each cell's
-    paired gap to the reference there minus at the budget before, on the seeds both have (extra budgets have
-    fewer), and whether that change is larger than the half-width of the later budget's interval for the gap
-    (then the gap was still moving)."""
+    paired gap to the reference there minus at the budget before, seed by seed on the seeds both have (extra
+    budgets have fewer; a larger budget continues the same seeds' runs, so the change is paired too), with its
+    interval and the paired t test that it is 0, Holm-corrected over the cells of that pair of budgets. A gap
+    whose change the test rejects was still moving, however small the change is against the gap's own interval."""
     moves = []
     for (low, before), (high, after) in itertools.pairwise(sorted(by_budget.items())):
         earlier = {g["a"]: g for g in before["gaps"]}
@@ -211,11 +212,14 @@ def gap_moves(by_budget: dict) -> list[dict]:
         for gap in after["gaps"]:
             if gap["a"] not in earlier or gap["untested"]:
                 continue
-            same_seeds = [d for seed, d in zip(earlier[gap["a"]]["seeds"], earlier[gap["a"]]["differences"],
-                                               strict=True) if seed in gap["seeds"]]
-            change, half_width = gap["mean"] - float(np.mean(same_seeds)), (gap["high"] - gap["low"]) / 2
-            cells[gap["a"]] = {"change": change, "half_width": half_width, "moved": bool(abs(change) > half_width),
-                               "seeds": len(gap["seeds"])}
+            was = dict(zip(earlier[gap["a"]]["seeds"], earlier[gap["a"]]["differences"], strict=True))
+            seeds = [seed for seed in gap["seeds"] if seed in was]
+            now = dict(zip(gap["seeds"], gap["differences"], strict=True))
+            test = paired([now[seed] for seed in seeds], [was[seed] for seed in seeds])
+            cells[gap["a"]] = {"change": test["mean"], "low": test["low"], "high": test["high"], "p": test["p"],
+                               "untested": test["untested"], "seeds": len(seeds)}
+        for cell, rejected in zip(cells.values(), holm([c["p"] for c in cells.values()]), strict=True):
+            cell["moved"] = rejected
         moves.append({"from": low, "to": high, "cells": cells})
     return moves
 
@@ -350,14 +354,15 @@ def moves_text(budgets: dict, study: dict) -> list[str]:
     for moves in budgets.get("moves", []):
         if not moves["cells"]:
             continue
-        changes = [f"{labels.get(cell, cell)} {m['change']:+.4f} (±{m['half_width']:.4f}{', moved' * m['moved']})"
+        changes = [f"{labels.get(cell, cell)} {m['change']:+.4f} "
+                   f"{m['untested'] or interval_text(m)}{', moving' * m['moved']}"
                    for cell, m in moves["cells"].items()]
         moved = [labels.get(cell, cell) for cell, m in moves["cells"].items() if m["moved"]]
         seeds = "/".join(sorted({str(m["seeds"]) for m in moves["cells"].values()}))
-        lines += ["", f"Change of each gap to {reference} from {moves['from']} to {moves['to']} steps, on the "
-                  f"{seeds} seeds both have (± the half-width of its interval at {moves['to']}): {', '.join(changes)}. "
-                  + (f"Moved by more than that interval: {', '.join(moved)}." if moved else
-                     "No gap moved by more than its interval.")]
+        lines += ["", f"Change of each gap to {reference} from {moves['from']} to {moves['to']} steps, seed by seed on "
+                  f"the {seeds} seeds both have, with its {CONFIDENCE:.0%} interval (paired t test of no change, Holm "
+                  f"over the cells): {', '.join(changes)}. "
+                  + (f"Still moving: {', '.join(moved)}." if moved else "No change told apart from 0.")]
     return lines
 
 

@@ -618,34 +618,48 @@ def test_cells_that_tokenize_differently_are_compared_in_bits_per_byte():
     assert row["unit"] == "nats/token" and row["mean"] == pytest.approx(np.mean([char[s] - bpe[s] for s in (1, 2, 3)]))
 
 
-def test_a_gap_that_moves_more_than_its_interval_between_budgets_is_named():
-    """The issue's rule for when the ranking has stopped moving: a cell's gap to the reference at a budget minus
-    at the one before, on the seeds both have (an extra budget has fewer), against the half-width of the later
-    budget's interval for it."""
+def test_a_gap_whose_change_is_the_same_in_every_seed_is_still_moving():
+    """A larger budget continues the same seeds' runs, so a gap's change between two budgets is paired seed by
+    seed (on the seeds both have: an extra budget has fewer). A change far smaller than the gap's own interval but
+    the same in every seed is still moving; one that flips sign from seed to seed is not told apart from 0. The
+    test is scipy's paired t, Holm over the cells of each pair of budgets."""
+    from scipy import stats
+
     from study import report as study_report
 
-    def gap(cell, differences, half):
-        mean = float(np.mean(differences))
-        return {"a": cell, "seeds": list(range(len(differences))), "differences": differences, "mean": mean,
-                "low": mean - half, "high": mean + half, "untested": None}
+    def gap(cell, seeds, differences):
+        return {"a": cell, "seeds": seeds, "differences": differences, "mean": float(np.mean(differences)),
+                "untested": None}
 
-    by_budget = {2000: {"gaps": [gap("rope", [-0.16, -0.14, -0.10, -0.30], 0.01), gap("none", [0.31, 0.31], 0.02)]},
-                 4000: {"gaps": [gap("rope", [-0.11, -0.13, -0.12, -0.20], 0.02), gap("none", [0.30, 0.30], 0.02),
-                                 gap("t5", [0.0, 0.0], 0.01)]},
-                 8000: {"gaps": [gap("rope", [-0.11, -0.12], 0.05)]}}
+    seeds = [1337, 1338, 1339, 1340, 1341]
+    rope_2000 = [-0.16, -0.14, -0.10, -0.30, -0.20]
+    rope_4000 = [d + c for d, c in zip(rope_2000, [0.010, 0.012, 0.011, 0.009, 0.013], strict=True)]
+    none_2000 = [0.31, 0.20, 0.45, 0.28, 0.36]
+    none_4000 = [d + c for d, c in zip(none_2000, [0.05, -0.04, 0.03, -0.06, 0.01], strict=True)]
+    by_budget = {2000: {"gaps": [gap("rope", seeds, rope_2000), gap("none", seeds, none_2000)]},
+                 4000: {"gaps": [gap("rope", seeds, rope_4000), gap("none", seeds, none_4000),
+                                 gap("t5", seeds, [0.01, 0.02, 0.0, 0.01, 0.03])]},
+                 8000: {"gaps": [gap("rope", [1337, 1339], [-0.13, -0.08])]}}
     first, second = study_report.gap_moves(by_budget)
     assert (first["from"], first["to"], second["from"], second["to"]) == (2000, 4000, 4000, 8000)
     assert sorted(first["cells"]) == ["none", "rope"]  # t5 has no gap at 2000
-    assert first["cells"]["rope"]["change"] == pytest.approx(-0.14 - np.mean([-0.16, -0.14, -0.10, -0.30]))
-    assert first["cells"]["rope"]["moved"] and not first["cells"]["none"]["moved"]
-    # 8000 has seeds 0 and 1: its gap minus 4000's on those two seeds (-0.12), not on all four (-0.14)
-    assert second["cells"]["rope"]["change"] == pytest.approx(0.005) and not second["cells"]["rope"]["moved"]
+    rope, changes = first["cells"]["rope"], np.subtract(rope_4000, rope_2000)
+    assert rope["p"] == pytest.approx(stats.ttest_rel(rope_4000, rope_2000).pvalue)
+    assert (rope["low"], rope["high"]) == pytest.approx(
+        stats.t.interval(0.95, len(changes) - 1, loc=changes.mean(), scale=stats.sem(changes)))
+    level = stats.t.ppf(0.975, 4) * np.std(rope_4000, ddof=1) / np.sqrt(5)  # the half-width the old rule used
+    assert abs(rope["change"]) < level / 5 and rope["p"] < 0.05 / 2 and rope["moved"]  # Holm over 2 cells
+    none = first["cells"]["none"]
+    assert none["p"] == pytest.approx(stats.ttest_rel(none_4000, none_2000).pvalue) and not none["moved"]
+    # 8000 has seeds 1337 and 1339: each one's gap there minus its own at 4000
+    assert second["cells"]["rope"]["seeds"] == 2 and second["cells"]["rope"]["change"] == pytest.approx(
+        np.mean([-0.13 - rope_4000[0], -0.08 - rope_4000[2]]))
     assert study_report.gap_moves({1000: by_budget[2000]}) == []
     lines = study_report.moves_text({"reference": "learned", "moves": [first, second]}, {"labels": {"rope": "RoPE"}})
-    assert "from 2000 to 4000 steps, on the 2/4 seeds both have" in lines[1]
-    assert "RoPE +0.0350 (±0.0200, moved), none -0.0100 (±0.0200)" in lines[1]
-    assert lines[1].endswith("Moved by more than that interval: RoPE.")
-    assert lines[3].endswith("RoPE +0.0050 (±0.0500). No gap moved by more than its interval.")
+    assert "from 2000 to 4000 steps, seed by seed on the 5 seeds both have" in lines[1]
+    assert f"RoPE {rope['change']:+.4f} [{rope['low']:+.4f}, {rope['high']:+.4f}], moving" in lines[1]
+    assert lines[1].endswith("Still moving: RoPE.")
+    assert lines[3].endswith("No change told apart from 0.")
 
 
 @pytest.mark.parametrize("split", ["test", "val"])
