@@ -134,14 +134,33 @@ def state_identity(path: str, inode: int, size: int, mtime_ns: int) -> dict:
     return {"sha256": found.hexdigest(), "of": "weights, optimizer and random states, step"}
 
 
+# The instruction sets torch's CPU kernels (oneDNN, MKL, inductor's code) are chosen by: two CPUs of one model name
+# can differ in them (a virtual machine may hide some), and then in their last bits.
+KERNEL_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimdhp", "sve", "sve2")
+
+
 def provenance(dtype: str, wall_seconds: float) -> dict:
     """What a run trained on and with: the code's commit (and whether the tree differed from it) when the study
-    started, torch, the device, the CPU, the threads, the dtype it trained in and its wall time."""
-    cpu = next((line.split(":", 1)[1].strip() for line in cpu_info().splitlines() if line.startswith("model name")),
-               platform.processor() or platform.machine())
+    started, torch, the device, the CPU (cpu_description), the threads, the dtype it trained in and its wall time."""
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    return {**code_version(), "torch": torch.__version__, "device": device, "cpu": cpu,
+    return {**code_version(), "torch": torch.__version__, "device": device, **cpu_description(cpu_info()),
             "threads": torch.get_num_threads(), "dtype": dtype, "wall_seconds": wall_seconds}
+
+
+def cpu_description(info: str) -> dict:
+    """The CPU as /proc/cpuinfo's first processor gives it: its model name ("cpu"), what tells two CPUs of that
+    name apart ("cpu_id": vendor, family, model, stepping; an ARM's implementer, part, variant, revision) and the
+    KERNEL_FLAGS it has ("cpu_flags")."""
+    fields = {}
+    for line in info.split("\n\n")[0].splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    ids = ("vendor_id", "cpu family", "model", "stepping", "CPU implementer", "CPU part", "CPU variant", "CPU revision")
+    flags = set((fields.get("flags") or fields.get("Features", "")).split())
+    return {"cpu": fields.get("model name") or platform.processor() or platform.machine(),
+            "cpu_id": ", ".join(f"{name} {fields[name]}" for name in ids if fields.get(name)),
+            "cpu_flags": [flag for flag in KERNEL_FLAGS if flag in flags]}
 
 
 @functools.cache

@@ -227,7 +227,34 @@ def test_every_record_names_the_one_dtype_of_the_study(reference, tmp_path):
     study = json.loads((reference / "study" / "study.json").read_text())
     assert study["train_config"]["dtype"] == "float32"
     provenance = records[0]["provenance"]
-    assert set(provenance) >= {"commit", "dirty", "torch", "device", "cpu", "threads", "dtype", "wall_seconds"}
+    assert set(provenance) >= {"commit", "dirty", "torch", "device", "cpu", "cpu_id", "cpu_flags", "threads", "dtype",
+                               "wall_seconds"}
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+stepping\t: {stepping}
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f {extra}
+
+processor\t: 1
+model name\t: another CPU, not the first
+"""
+
+
+def test_two_cpus_of_one_model_name_are_told_apart():
+    """provenance names the CPU a run trained on: "AMD EPYC" alone is two machines (their kernels differ in the
+    instruction sets a virtual machine passes through). Stepping and the kernel flags tell them apart."""
+    first = run_records.cpu_description(CPUINFO.format(stepping=1, extra="avx512_bf16 avx512_vnni"))
+    second = run_records.cpu_description(CPUINFO.format(stepping=2, extra=""))
+    assert first["cpu"] == second["cpu"] == "AMD EPYC" and first != second
+    assert first["cpu_id"] == "vendor_id AuthenticAMD, cpu family 25, model 17, stepping 1"
+    assert first["cpu_flags"] == ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"]
+    assert second["cpu_flags"] == ["sse4_2", "avx", "avx2", "fma", "avx512f"]
+    arm = run_records.cpu_description("CPU implementer\t: 0x41\nCPU part\t: 0xd0c\nFeatures\t: asimd sve\n")
+    assert arm["cpu_id"] == "CPU implementer 0x41, CPU part 0xd0c" and arm["cpu_flags"] == ["asimd", "sve"]
 
 
 def test_the_time_box_never_starts_a_run_estimated_past_it(monkeypatch):
