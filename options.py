@@ -191,6 +191,10 @@ def _parse(path: str) -> ast.Module:
         return ast.parse(file.read_text(encoding="utf-8"), filename=path)
     except SyntaxError as e:
         raise OptionError(f"{path}:{e.lineno}: {e.msg}") from None
+    except UnicodeDecodeError as e:
+        line = file.read_bytes()[:e.start].count(b"\n") + 1
+        raise OptionError(f"{path}:{line}: byte {e.object[e.start]:#x} is not UTF-8; save the config file as "
+                          "UTF-8") from None
 
 
 def _base_path(path: str, statement: ast.stmt, value: object, chain: tuple[str, ...]) -> str:

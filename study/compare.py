@@ -29,7 +29,11 @@ def read_results(study_dir: str) -> dict:
     path = Path(study_dir) / RESULTS
     if not path.is_file():
         raise UserError(f"--studies: {path} does not exist; run ablate.py on that study (or --report_only=True) first")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"--studies: {path} is not whole JSON ({type(e).__name__}: {e}); redraw it with ablate.py "
+                        "on that study and --report_only=True") from None
 
 
 def common_budget(results: dict[str, dict], budget: int) -> int:
@@ -39,6 +43,8 @@ def common_budget(results: dict[str, dict], budget: int) -> int:
     listing = "; ".join(f"{name}: {', '.join(map(str, b))}" for name, b in have.items())
     if budget == 0 and shared:
         return max(shared)
+    if not shared:
+        raise UserError(f"the studies share no budget ({listing}); compare studies that trained to one budget")
     if budget not in shared:
         raise UserError(f"--budget={budget}: not a budget of every study ({listing}); pick one they share")
     return budget
@@ -103,7 +109,7 @@ def compare_table(config: CompareConfig) -> str:
 def main(argv: list[str]) -> None:
     from options import parse_options
 
-    (config,) = parse_options(argv, (CompareConfig,), prog="python -m study.compare", description=__doc__)
+    (config,) = parse_options(argv, (CompareConfig,), prog="-m study.compare", description=__doc__)
     print(compare_table(config))
 
 

@@ -69,6 +69,8 @@ def read_json(path: Path) -> tuple[dict | None, str]:
         value = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None, ""
+    except IsADirectoryError:
+        return None, "a folder, not a file"
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         return None, f"{type(e).__name__}: {e}"
     return (value, "") if isinstance(value, dict) else (None, f"a JSON {type(value).__name__}, not an object")

@@ -80,3 +80,20 @@ def test_other_splits_or_a_missing_study_are_refused(tmp_path):
         compare_table(CompareConfig([str(tmp_path / "test"), str(tmp_path / "val")]))
     with pytest.raises(UserError, match="results.json does not exist"):
         compare_table(CompareConfig([str(tmp_path / "test"), str(tmp_path / "nowhere")]))
+
+
+def test_a_cut_results_file_studies_with_no_shared_budget_and_the_usage_line(tmp_path, capsys):
+    losses = {c: [1.0 + i, 1.1 + i] for i, c in enumerate(CELLS)}
+    write_study(tmp_path / "a", losses, 10, 10, budgets=(1000,))
+    write_study(tmp_path / "b", losses, 10, 10, budgets=(2000,))
+    with pytest.raises(UserError, match=r"the studies share no budget \(.*a: 1000; .*b: 2000\)"):
+        compare_table(CompareConfig([str(tmp_path / "a"), str(tmp_path / "b")]))
+    text = (tmp_path / "b" / "results.json").read_text()
+    (tmp_path / "b" / "results.json").write_text(text[: len(text) // 2])  # a copy cut short
+    with pytest.raises(UserError, match=r"results.json is not whole JSON \(JSONDecodeError.*--report_only=True"):
+        compare_table(CompareConfig([str(tmp_path / "a"), str(tmp_path / "b")]))
+    from study.compare import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m study.compare ")

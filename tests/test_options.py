@@ -100,6 +100,13 @@ def test_config_file_syntax_error_is_an_option_error_naming_file_and_line(tmp_pa
         parse([path])
 
 
+def test_a_config_file_that_is_not_utf8_names_the_line_and_the_byte(tmp_path):
+    path = tmp_path / "latin1.py"
+    path.write_bytes("count = 1\n# r\u00e9sum\u00e9 of the run\n".encode("latin-1"))
+    with pytest.raises(OptionError, match=rf"{path}:2: byte 0xe9 is not UTF-8; save the config file as UTF-8"):
+        parse([str(path)])
+
+
 def test_missing_config_file_and_unknown_name_in_config_file(tmp_path):
     with pytest.raises(OptionError, match="does_not_exist.py"):
         parse([str(tmp_path / "does_not_exist.py")])

@@ -200,7 +200,7 @@ def test_pruning_keeps_a_checkpoint_until_every_branch_exists(reference, tmp_pat
     assert len(result["runs"]) == 16
 
 
-@pytest.mark.parametrize("edit", ["iter_num", "missing field"])
+@pytest.mark.parametrize("edit", ["iter_num", "missing field", "a folder"])
 def test_an_edited_or_incomplete_record_is_refused_in_one_line(reference, tmp_path, capsys, edit):
     study_dir = tmp_path / "study"
     copy_records(reference / "study", study_dir)
@@ -209,14 +209,17 @@ def test_an_edited_or_incomplete_record_is_refused_in_one_line(reference, tmp_pa
     if edit == "iter_num":
         record["iter_num"] = 99999  # a hand edit; its digest is now wrong
         done.write_text(json.dumps(record))
-    else:
+    elif edit == "missing field":
         del record["provenance"]
         done.write_text(run_records.sealed({k: v for k, v in record.items() if k != "digest"}))
-    before = done.read_bytes()
+    else:  # was IsADirectoryError as a traceback
+        done.unlink()
+        done.mkdir()
+    before = sorted(p.name for p in done.iterdir()) if done.is_dir() else done.read_bytes()
     result = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
-    why = "no longer match its digest" if edit == "iter_num" else "lacks provenance"
-    assert_one_line_error(*result, str(done), why, "delete")
-    assert done.read_bytes() == before
+    why = {"iter_num": "no longer match its digest", "missing field": "lacks provenance", "a folder": "a folder"}
+    assert_one_line_error(*result, str(done), why[edit], "delete")
+    assert (sorted(p.name for p in done.iterdir()) if done.is_dir() else done.read_bytes()) == before
 
 
 def test_every_record_names_the_one_dtype_of_the_study(reference, tmp_path):

@@ -134,7 +134,7 @@ def memory_table(config: MemoryConfig) -> str:
 def main(argv: list[str]) -> None:
     from options import parse_options
 
-    (config,) = parse_options(argv, (MemoryConfig,), prog="python -m training.memory", description=__doc__)
+    (config,) = parse_options(argv, (MemoryConfig,), prog="-m training.memory", description=__doc__)
     print(memory_table(config))
 
 
