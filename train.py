@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -23,9 +24,10 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from errors import UserError, main_guard
+from errors import OptionError, UserError, main_guard
 from gpt.extend import METHODS, extend_for_training
 from gpt.model import GPT, GPTConfig
+from gpt.positions import POS_ENCODINGS
 from options import parse_options_and_choices
 from text.dataset import check_recorded_tokens, get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import bits_per_unit, from_description, read_description, token_byte_counts
@@ -661,9 +663,27 @@ def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -
 # ---- the command line ---------------------------------------------------------------------------------------------
 
 
+def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterable[str]) -> list[str]:
+    """The given settings that would do nothing in this run, each said with why: another position encoding's (its
+    settings are named <encoding>_...), or the wsd schedule's under another schedule."""
+    unused = []
+    for name in given:
+        owner = next((encoding for encoding in POS_ENCODINGS if name.startswith(f"{encoding}_")), None)
+        if owner and owner != model_config.pos_encoding:
+            unused.append(f"{name} is a setting of pos_encoding={owner}, and this run's is {model_config.pos_encoding}")
+        if name.startswith("wsd_") and not (config.decay_lr and config.lr_schedule == "wsd"):
+            unused.append(f"{name} is a setting of lr_schedule=wsd, and this run's schedule is "
+                          f"{config.lr_schedule if config.decay_lr else 'constant (decay_lr=False)'}")
+    return unused
+
+
 def main(argv: list[str]) -> None:
     (train_config, model_config), chosen = parse_options_and_choices(
         argv, (TrainConfig, GPTConfig), prog="train.py", description=__doc__, skip=("vocab_size",))
+    unused = unused_settings(train_config, model_config, chosen) if train_config.init_from != "resume" else []
+    if unused:  # a resumed run's encoding is its checkpoint's: the resume checks compare those settings
+        raise OptionError(f"{'; '.join(unused)}: it would do nothing; drop it, or set the encoding or schedule it "
+                          "belongs to")
     result = train(train_config, model_config, frozenset(chosen))
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM

@@ -14,7 +14,7 @@ from errors import OptionError
 from gpt.model import GPTConfig
 from options import convert_value
 from study.config import PER_RUN, AblateConfig
-from train import TrainConfig, training_dtype
+from train import TrainConfig, training_dtype, unused_settings
 from training.devices import choose_device, dtype_name
 
 LABEL_WORDS = {"learning_rate": "lr", "learned_init_std": "init std"}  # how cell_label names these settings
@@ -138,4 +138,8 @@ def configured_cells(cells: list[dict], train_config: TrainConfig, model_config:
                                    replace(model_config, **overrides[GPTConfig])))
         except ValueError as e:
             raise OptionError(f"cell {cell_name(cell)!r}: {e}") from None
+        unused = unused_settings(configured[-1].train_config, configured[-1].model_config, cell)
+        if unused:  # a grid over t5_num_buckets without t5 in its cells trained learned models labelled as t5's
+            raise OptionError(f"cell {cell_name(cell)!r}: {'; '.join(unused)}: it would do nothing; name the encoding "
+                              "in the cell (a --grid's cells take --pos_encoding, not --variants) or drop the setting")
     return configured

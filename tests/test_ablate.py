@@ -207,6 +207,23 @@ def test_plan_applies_each_cell_and_goes_seed_by_seed(tmp_path):
     assert plan[1].dir == tmp_path / "none_batch_size=3" / "seed1337"
 
 
+@pytest.mark.parametrize("variants, grid, message", [
+    (["t5"], "t5_num_buckets=4,8", r"cell 't5_num_buckets=4': t5_num_buckets is a setting of pos_encoding=t5, and "
+                                   r"this run's is learned: it would do nothing; name the encoding in the cell"),
+    (["learned rope_base=5"], "", r"cell 'learned rope_base=5.0': rope_base is a setting of pos_encoding=rope"),
+    (["rope wsd_decay_shape=linear"], "", r"wsd_decay_shape is a setting of lr_schedule=wsd, and this run's "
+                                          r"schedule is cosine"),
+])
+def test_a_cell_setting_that_does_nothing_is_refused_before_training(tmp_path, variants, grid, message):
+    """Was: --variants=t5 --grid='t5_num_buckets=4,8' trained two learned-position models labelled as t5's."""
+    config = AblateConfig(study_dir=str(tmp_path), variants=variants, grid=grid)
+    with pytest.raises(OptionError, match=message):
+        run_plan(config, TrainConfig(), GPTConfig(n_layer=1, n_head=1, n_embd=8))
+    assert not any(tmp_path.iterdir())
+    run_plan(AblateConfig(study_dir=str(tmp_path), variants=["t5 t5_num_buckets=4", "rope rope_base=5"]),
+             TrainConfig(), GPTConfig(n_layer=1, n_head=1, n_embd=8))  # each its own encoding's: fine
+
+
 def test_changed_or_unrecorded_settings_are_reported():
     current = {"train_config": {"max_iters": 5, "batch_size": 2}, "model_config": {"n_layer": 1}}
     assert run_records.changed_settings(current, current) == []

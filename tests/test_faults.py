@@ -1128,3 +1128,16 @@ def test_a_device_as_input_or_config_file_says_what_it_is(tmp_path, capsys, path
         result = cli(main, argv, capsys)
         assert_one_line_error(*result, fragment, "not a regular file")
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("given, fragments", [
+    ({"t5_num_buckets": 4}, ["t5_num_buckets is a setting of pos_encoding=t5, and this run's is learned"]),
+    ({"pos_encoding": "rope", "learned_init_std": 0.02}, ["learned_init_std is a setting of pos_encoding=learned"]),
+    ({"wsd_decay_shape": "linear"}, ["wsd_decay_shape is a setting of lr_schedule=wsd", "schedule is cosine"]),
+])
+def test_a_flag_that_would_do_nothing_is_refused_before_the_run(tmp_path, char_data, capsys, given, fragments):
+    """Was: --t5_num_buckets=4 under learned positions, or --wsd_decay_shape=linear under cosine, trained
+    without a word."""
+    result = cli(train_module.main, flags(tmp_path / "out", char_data, **given), capsys)
+    assert_one_line_error(*result, *fragments, "it would do nothing")
+    assert not (tmp_path / "out").exists()
