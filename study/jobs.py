@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -100,11 +101,23 @@ def stop_by_exception(signum: int, frame) -> None:
     raise Signalled(signum)
 
 
-def job(plan: list[StudyRun], ablate: AblateConfig, threads: int, time_box: TimeBox | None) -> None:
+def stop_when_orphaned(parent: int) -> None:
+    """SIGTERM to this process, within a second of the process that started it ending: a study killed with
+    kill -9 left its workers training on, re-parented, with nobody to report to. A daemon thread polls."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="stop_when_orphaned").start()
+
+
+def job(plan: list[StudyRun], ablate: AblateConfig, threads: int, time_box: TimeBox | None, parent: int) -> None:
     """One of --jobs processes: finishes every run that no other process holds, on its share of the threads."""
     torch.set_num_threads(threads)
     code_version()  # before any run: the code this worker imported
     signal.signal(signal.SIGTERM, stop_by_exception)
+    stop_when_orphaned(parent)
     try:
         take_free_runs(plan, ablate, {}, False, tqdm(disable=True), 0, time_box)
         stopped_by = 0
@@ -122,7 +135,8 @@ def run_jobs(plan: list[StudyRun], ablate: AblateConfig, time_box: TimeBox | Non
     a failed job left is for the caller's train_and_evaluate, which reads back the rest."""
     threads = ablate.threads or max(1, usable_cpus() // ablate.jobs)
     context = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked torch thread pools
-    workers = [context.Process(target=job, args=(plan, ablate, threads, time_box)) for _ in range(ablate.jobs)]
+    workers = [context.Process(target=job, args=(plan, ablate, threads, time_box, os.getpid()))
+               for _ in range(ablate.jobs)]
     for worker in workers:
         worker.start()
     try:

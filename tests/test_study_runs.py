@@ -361,7 +361,10 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_sigterm_stops_every_job_within_seconds_and_keeps_finished_runs(reference, tmp_path, script_env):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "kill-9"])
+def test_a_signal_stops_every_job_within_seconds_and_keeps_finished_runs(reference, tmp_path, script_env, stop):
+    """SIGTERM: the study stops its jobs and exits 143. kill -9: the study cannot, so each job stops itself once
+    it sees its parent gone (they went on training, re-parented to PID 1, until every run was done)."""
     study_dir = tmp_path / "study"
     shutil.copytree(reference / "study", study_dir)
     before = kept(study_dir)
@@ -376,9 +379,10 @@ def test_sigterm_stops_every_job_within_seconds_and_keeps_finished_runs(referenc
     jobs = children_of(process.pid)
     assert jobs
     signalled = time.monotonic()
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     out, err = process.communicate(timeout=60)
-    assert process.returncode == 143 and time.monotonic() - signalled < 20, (out, err)
+    assert process.returncode == (143 if stop == signal.SIGTERM else -9), (out, err)
+    assert time.monotonic() - signalled < 20
     assert "Traceback" not in out + err
     while [pid for pid in jobs if running(pid)] and time.monotonic() < signalled + 20:
         time.sleep(0.1)  # multiprocessing's helper ends when it sees its parent gone
