@@ -37,7 +37,7 @@ def main_guard(main: typing.Callable[[list[str]], object], argv: list[str] | Non
     except BrokenPipeError:
         if not _reader_gone(sys.stdout) and not _reader_gone(sys.stderr):
             raise  # another pipe (a worker's, a socket): a bug
-        _silence_stdout()
+        silence_stdout()
         sys.exit(128 + signal.SIGPIPE)
     except SystemExit:  # --help, or a script's own status: what it printed may still be buffered
         if release_stdout():
@@ -56,11 +56,12 @@ def release_stdout() -> bool:
     except BrokenPipeError:
         if not _reader_gone(sys.stdout):
             raise
-    _silence_stdout()
+    silence_stdout()
     return True
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: its reader has gone, and what is still printed (or flushed at exit) goes nowhere."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 

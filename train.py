@@ -499,8 +499,13 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm, stop: StopRequest | None 
     run.log.write({"iter": run.iter_num, "eval_train_loss": losses["train"], "val_loss": losses["val"],
                    "eval_train_bits_per_byte": bpb["train"], "val_bits_per_byte": bpb["val"]})
     if run.master:
-        bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} "
-                  f"({bpb['val']:.4f} bits/byte)")
+        try:
+            bar.write(f"iter {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} "
+                      f"({bpb['val']:.4f} bits/byte)")
+        except BrokenPipeError:  # train.py | head: the run saves and stops, as for SIGTERM
+            if stop is None:
+                raise
+            stop.reader_gone()
     if run.config.eval_only:
         return record
     improved = losses["val"] < run.best_val_loss

@@ -218,6 +218,29 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path, char_data, script_env):
     assert resumed["iter_num"] == state["iter_num"] + 2
 
 
+def test_a_reader_that_goes_away_saves_the_steps_first(tmp_path, char_data, script_env):
+    """train.py | head -3: the next line into the closed pipe is a request to save and stop, as SIGTERM is (it
+    ended the run with 141 and lost every step since the last checkpoint); exit status 141, SIGPIPE's."""
+    out = tmp_path / "out"
+    argv = command_line(out, char_data, max_iters=1_000_000, lr_decay_iters=1_000_000, eval_interval=7,
+                        eval_iters=1, log_interval=1, always_save_checkpoint=False)
+    process = subprocess.Popen([sys.executable, str(REPO / "train.py"), *argv], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=script_env, cwd=tmp_path)
+    try:
+        lines = [process.stdout.readline() for _ in range(3)]  # what head -3 reads, then it goes
+        process.stdout.close()
+        stderr = process.stderr.read()
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert all(lines) and process.returncode == 141, (lines, stderr)
+    assert "Traceback" not in stderr
+    logged = [json.loads(line)["iter"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert load_checkpoint(out / "ckpt.pt")["iter_num"] == max(logged) > 7  # every logged step is in the checkpoint
+
+
 # ---- NaN ----------------------------------------------------------------------------------------------------
 
 

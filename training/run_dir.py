@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from errors import UserError
+from errors import UserError, silence_stdout
 from files import lock_folder, remove_stale_temps
 
 CHECKPOINT = "ckpt.pt"  # the latest checkpoint, what resume continues and a study scores (nanoGPT's name)
@@ -122,6 +122,12 @@ class StopRequest:
         if threading.current_thread() is threading.main_thread():
             self.previous = {number: signal.signal(number, self.handle) for number in self.SIGNALS}
         return self
+
+    def reader_gone(self) -> None:
+        """stdout's reader has gone (train.py | head): save and stop at the end of the step, as for SIGTERM, with
+        SIGPIPE's status; whatever is still printed goes nowhere."""
+        silence_stdout()
+        self.signal = self.signal or signal.SIGPIPE
 
     def handle(self, signum, frame):
         if self.signal:
