@@ -121,7 +121,11 @@ def encode_prompt(tokenizer: Tokenizer, start: str, block_size: int) -> list[int
     """Prompt ids: text or FILE:path; empty starts from the tokenizer's start token; cropped to block_size."""
     if start.startswith("FILE:"):
         start = read_text(start.removeprefix("FILE:"), what="prompt file")
-    ids = tokenizer.encode(start) if start else [tokenizer.start_token()]
+    try:
+        ids = tokenizer.encode(start) if start else [tokenizer.start_token()]
+    except UserError as e:  # the default "\n" too, for a model of a text without newlines
+        raise UserError(f"--start={start!r}: {e}; give a prompt of those, or --start='' to start from the "
+                        "model's own first token") from None
     if len(ids) > block_size:
         print(f"warning: the prompt has {len(ids)} tokens; keeping its last block_size={block_size}",
               file=sys.stderr)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from errors import OptionError
+from errors import OptionError, UserError
 from gpt.gpt2_weights import export_hf
 from gpt.model import GPT, GPTConfig
 from sample import SampleConfig, encode_prompt, load_model, sample
@@ -29,6 +29,15 @@ def trained_run(tmp_path_factory) -> Path:
                          lr_decay_iters=20)
     train(config, GPTConfig(block_size=16, n_layer=1, n_head=2, n_embd=16))
     return root / "out"
+
+
+def test_a_prompt_the_model_cannot_read_names_the_flag_and_the_fix():
+    """The default --start='\\n', for a model of a text without newlines, said only which characters it knows."""
+    tokenizer = CharTokenizer.from_text("abc def")
+    with pytest.raises(UserError, match=r"--start='\\n': characters not in the 7-character vocabulary: '\\n'.*"
+                                        r"--start='' to start from the model's own first token"):
+        encode_prompt(tokenizer, "\n", 8)
+    assert encode_prompt(tokenizer, "", 8) == [0]  # ' ', the first of its sorted characters
 
 
 def test_prompt_from_text_file_and_empty():
