@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt.model import GPT, KVCache
+from gpt.model import GPT, KVCache, write_at
 
 DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache], torch.Tensor]
 
@@ -27,11 +27,16 @@ _frozen_steps: "weakref.WeakKeyDictionary[GPT, Callable]" = weakref.WeakKeyDicti
 
 @dataclass
 class PlainCache:
-    """What decode_step reads of a KVCache, in a plain object. Frozen graphs guard on the identity of a module's
+    """What decode_step uses of a KVCache, in a plain object. Frozen graphs guard on the identity of a module's
     buffers, so that the KVCache module itself would compile a graph for every new cache (measured)."""
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     max_length: int
+
+    def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """KVCache.update, on the same tensors."""
+        return write_at(self.keys[layer], self.values[layer], positions, k, v)
 
 
 def compiled_decode_step(model: GPT) -> DecodeStep:
@@ -39,9 +44,9 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
 
     On CUDA with CUDA graphs (reduce-overhead), which replay the step's hundred small kernels as one launch. On the
     CPU under no_grad, the weights are frozen into the graph (inductor's freezing) and packed for MKL's
-    matrix-vector products, which then beat plain F.linear (README, Speed). A frozen graph holds the weights it was
-    compiled with, so when this model's weights have changed since, every compiled graph is dropped
-    (torch.compiler.reset) and the step compiles again.
+    matrix-vector products, which then beat plain F.linear (docs/sampling.md, "Static cache, compiled step"). A
+    frozen graph holds the weights it was compiled with, so when this model's weights have changed since, every
+    compiled graph is dropped (torch.compiler.reset) and the step compiles again.
     """
     device = model.lm_head.weight.device
     if device.type != "cpu":
@@ -93,8 +98,9 @@ def frozen_step_guards(guards: list) -> list[bool]:
     All of those on the inputs and the global state (shapes, dtypes, grad mode, autocast) stay, and of the ~900 on
     the model (`self...`) the identity of every parameter, which is what tells one model's frozen graph from
     another's, and each module's `training` flag. The rest re-check the module tree (types, hooks, that no forward
-    was replaced, attribute values such as n_head) and took 6.5% of the step here (README, Speed); a model
-    rebuilt in place is new parameters, and weights changed in place are compiled_decode_step's own check.
+    was replaced, attribute values such as n_head) and took 6.5% of the step here (docs/benchmarks.md, "the same
+    choices by hand"); a model rebuilt in place is new parameters, and weights changed in place are
+    compiled_decode_step's own check.
     """
     return [not g.name.startswith("self.") or g.guard_type == "ID_MATCH" or g.name.endswith(".training")
             for g in guards]

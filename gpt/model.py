@@ -1,11 +1,13 @@
 """GPT-2, top to bottom: the config, the input layer, attention with its KV cache, the MLP, the block, the model.
 
-Imports only positions.py of this repo. The input layer is the official GPT-2 one,
+Imports only positions.py and kernels.py of this repo. The input layer is the official GPT-2 one,
     h = wte[X] + wpe[past_length + arange(T)],
 with the position term given by the position encoding (positions.py), which may instead turn queries and keys
-(RoPE) or add a bias to the attention scores (ALiBi, T5), or do nothing at all (NoPE). Generation lives in
-generate.py (nanoGPT's model.generate is generate.generate(model, idx, ...) there: the sampler imports the model, so
-the model does not import it back), GPT-2's weights in gpt2_weights.py (from_pretrained, export_hf).
+(RoPE) or add a bias to the attention scores (ALiBi, T5), or do nothing at all (NoPE). The speed choices that are
+not the textbook (the CPU's single-query attention, the compiled GELU, the cache's buffer reads) are kernels.py's.
+Generation lives in generate.py (nanoGPT's model.generate is generate.generate(model, idx, ...) there: the sampler
+imports the model, so the model does not import it back), GPT-2's weights in gpt2_weights.py (from_pretrained,
+export_hf).
 """
 
 import math
@@ -16,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from gpt.kernels import attend, gelu_tanh, read_buffer
 from gpt.positions import encoding_of, rotate
 
 
@@ -32,7 +35,7 @@ class GPTConfig:
     learned_init_std: float = 0.01  # init std of the learned position table (GPT-2: 0.01; nanoGPT: 0.02)
     # Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
     # embeddings have std 0.02 and no scaling, so 0.02 keeps the ratio of position to token signal. Unscaled,
-    # the table drowns the tokens 50:1 at initialisation (see README).
+    # the table drowns the tokens 50:1 at initialisation (amplitude 1 against the tokens' std 0.02).
     sinusoidal_amplitude: float = 0.02  # scale of the sinusoidal table (token table init std: Vaswani's ratio)
     rope_base: float = 10000.0  # rotary angle base: features i, i+head_dim/2 turn by pos * base^(-2i/head_dim)
     t5_num_buckets: int = 32  # t5: distance buckets, half exact distances, half log-spaced (T5's default)
@@ -108,31 +111,16 @@ class InputLayer(nn.Module):
     def reset_position_table(self) -> None:
         self.encoding.reset_parameters(self)
 
-    def position_encoding(self, positions: torch.Tensor) -> torch.Tensor | None:
-        """(T,) absolute positions -> (T, n_embd), or None when nothing is added to the token embedding."""
-        return self.encoding.input_term(self, positions)
-
-    def check_positions(self, seq_len: int, past_length: int) -> None:
-        if seq_len < 1:
-            raise ValueError("empty sequence: idx has T=0 tokens; give at least one token")
-        if past_length < 0:
-            raise ValueError(f"past_length={past_length} must be >= 0")
-        self.encoding.check_length(seq_len, past_length)
-
-    def forward(self, idx: torch.Tensor, past_length: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T) ids -> (B, T, n_embd) at positions past_length .. past_length+T-1, given as a tensor where the
-        caller has built them (once per forward, for attention too)."""
-        self.check_positions(idx.size(1), past_length)
-        if positions is None:
-            positions = torch.arange(past_length, past_length + idx.size(1), device=idx.device)
-        return self.embed(idx, positions)
-
-    def embed(self, idx: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """forward at positions (T,) given as a tensor, unchecked: the entry of the compiled decode step."""
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """(B, T) token ids at positions (T,), past_length .. past_length+T-1 -> (B, T, n_embd). The caller checks
+        the positions (GPT.check_positions) and builds them once per forward, for attention too: unchecked, this runs
+        in the compiled decode step as well."""
+        # h = wte[X] + wpe[past_length + arange(T)]: the token's row, plus the encoding's term at its position
+        # (learned: the row of wpe; sinusoidal: the fixed table's; None where the encoding acts in attention)
         h = F.embedding(idx, self.wte)
-        pe = self.position_encoding(positions)
-        if pe is not None:
-            h = h + pe.to(h.dtype)
+        position_term = self.encoding.input_term(self, positions)
+        if position_term is not None:
+            h = h + position_term.to(h.dtype)
         return self.drop(h)
 
     def attention_inputs(self, positions: torch.Tensor, key_length: int,
@@ -160,6 +148,16 @@ class InputLayer(nn.Module):
         return sum(p.numel() for name, p in self.named_parameters() if name != "wte")
 
 
+def write_at(cache_k: torch.Tensor, cache_v: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's cache, cache_k and cache_v (B, n_head, max_length, head_dim), with its new keys and values k, v
+    (B, n_head, T, head_dim) written in at positions (T,), in place."""
+    # Written by position, not by a slice of Python ints: the shapes stay the same at every step.
+    cache_k.index_copy_(2, positions, k.to(cache_k.dtype))
+    cache_v.index_copy_(2, positions, v.to(cache_v.dtype))
+    return cache_k, cache_v
+
+
 class KVCache(nn.Module):
     """Keys and values of the tokens seen so far, preallocated for max_length positions in every layer.
 
@@ -178,14 +176,19 @@ class KVCache(nn.Module):
         self.batch_size, self.max_length = keys[0].size(0), keys[0].size(2)
         self.length = 0  # past_length: positions already cached
 
-    # Read from _buffers, not by getattr: Module.__getattr__ made these 30 us of a 3-4 ms decode step (measured).
+    def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one layer's new keys and values k, v (B, n_head, T, head_dim) at positions (T,); that layer's whole
+        cache, (B, n_head, max_length, head_dim) each."""
+        return write_at(read_buffer(self, f"k{layer}"), read_buffer(self, f"v{layer}"), positions, k, v)
+
     @property
     def keys(self) -> list[torch.Tensor]:
-        return [self._buffers[f"k{layer}"] for layer in range(self.n_layer)]
+        return [read_buffer(self, f"k{layer}") for layer in range(self.n_layer)]
 
     @property
     def values(self) -> list[torch.Tensor]:
-        return [self._buffers[f"v{layer}"] for layer in range(self.n_layer)]
+        return [read_buffer(self, f"v{layer}") for layer in range(self.n_layer)]
 
     def reset(self) -> None:
         self.length = 0
@@ -212,63 +215,30 @@ class KVCache(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer: int):
         super().__init__()
+        self.layer = layer  # which of the cache's layers holds this one's keys and values
         self.n_head = config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor,
-                kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None, mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
+                mask: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x (B, T, C) at positions (T,); mask and rope from InputLayer.attention_inputs (None: causal; None: no
-        rotation). With kv_cache, attends to the whole cache after writing k and v at positions."""
+        rotation). With a cache, attends to the whole cache after writing k and v at positions."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         if rope is not None:
             q, k = rotate(q, *rope), rotate(k, *rope)  # before caching: the cache holds rotated keys
-        if kv_cache is not None:
-            cache_k, cache_v = kv_cache
-            # Written by position, not by a slice of Python ints: the shapes stay the same at every step.
-            cache_k.index_copy_(2, positions, k.to(cache_k.dtype))
-            cache_v.index_copy_(2, positions, v.to(cache_v.dtype))
-            k, v = cache_k, cache_v
-        if mask is not None and mask.is_floating_point():
-            mask = mask.to(q.dtype)  # SDPA wants a float mask in the query's dtype (bf16 under autocast)
-        if T == 1 and kv_cache is not None and q.device.type == "cpu" and not self.training:
-            y = attend_one_query(q, k, v, mask)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
-                                               dropout_p=self.dropout if self.training else 0.0)
+        if cache is not None:
+            k, v = cache.update(self.layer, positions, k, v)
+        y = attend(q, k, v, mask, self.dropout, self.training, cached=cache is not None)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
-
-
-def attend_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """SDPA for one query per row (B, n_head, 1, head_dim) over the whole cache, written out.
-
-    On the CPU, compiled, these two matrix-vector products and softmax made the decode step 7% faster than SDPA's
-    flash kernel, which is built for blocks of queries; eager, they are as fast (measured).
-    """
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
-    scores = scores + mask if mask.is_floating_point() else scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
-
-
-def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-
-    Compiled, it is written with a sigmoid instead (1 + tanh z = 2 sigmoid(2z): the same function), in float32:
-    torch.compile's CPU tanh made the baby model's training step 4% slower than with the sigmoid (measured).
-    Eager, torch's own kernel is the fastest.
-    """
-    if not torch.compiler.is_compiling():
-        return F.gelu(x, approximate="tanh")
-    x32 = x.float()
-    return (x32 * torch.sigmoid(2 * math.sqrt(2 / math.pi) * (x32 + 0.044715 * x32 * x32 * x32))).to(x.dtype)
 
 
 class MLP(nn.Module):
@@ -284,16 +254,17 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer: int):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
+        self.attn = CausalSelfAttention(config, layer)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv_cache=None, mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
+                mask: torch.Tensor | None = None,
                 rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), positions, kv_cache, mask, rope)
+        x = x + self.attn(self.ln_1(x), positions, cache, mask, rope)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -302,7 +273,7 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.input_layer = InputLayer(config)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
         # Made on meta (nn.Linear would draw a (vocab_size, n_embd) init from torch's stream, then lose it to the tie:
         # the blocks' initial weights would depend on the vocabulary).
@@ -348,7 +319,11 @@ class GPT(nn.Module):
 
     def check_positions(self, seq_len: int, past_length: int) -> None:
         """Raise ValueError for seq_len tokens after past_length cached ones that this model cannot place."""
-        self.input_layer.check_positions(seq_len, past_length)
+        if seq_len < 1:
+            raise ValueError("empty sequence: idx has T=0 tokens; give at least one token")
+        if past_length < 0:
+            raise ValueError(f"past_length={past_length} must be >= 0")
+        self.input_layer.encoding.check_length(seq_len, past_length)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -363,8 +338,9 @@ class GPT(nn.Module):
         past_length = 0 if cache is None else cache.length
         if cache is not None:
             cache.check_room(idx.size(0), idx.size(1))
+        self.check_positions(idx.size(1), past_length)
         positions = torch.arange(past_length, past_length + idx.size(1), device=idx.device)
-        logits = self.blocks_and_head(self.input_layer(idx, past_length, positions), positions, cache)
+        logits = self.blocks_and_head(self.input_layer(idx, positions), positions, cache)
         if cache is not None:
             cache.length += idx.size(1)
         loss = None
@@ -379,12 +355,11 @@ class GPT(nn.Module):
         key_length = x.size(1) if cache is None else cache.max_length
         mask, rope = self.input_layer.attention_inputs(positions, key_length, cached=cache is not None)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
-        for layer, block in enumerate(self.blocks):
-            kv = None if cache is None else (cache.keys[layer], cache.values[layer])
+        for block in self.blocks:
             if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
-                x = checkpoint(block, x, positions, kv, mask, rope, use_reentrant=False)
+                x = checkpoint(block, x, positions, None, mask, rope, use_reentrant=False)
             else:
-                x = block(x, positions, kv, mask, rope)
+                x = block(x, positions, cache, mask, rope)
         return self.lm_head(self.ln_f(x))
 
     def decode_step(self, token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -393,7 +368,7 @@ class GPT(nn.Module):
         Fixed shapes, no checks and no host sync, so that it compiles to one graph (fast_decode.compiled_decode_step);
         the caller checks the position and counts cache.length.
         """
-        return self.blocks_and_head(self.input_layer.embed(token, position), position, cache)[:, -1]
+        return self.blocks_and_head(self.input_layer(token, position), position, cache)[:, -1]
 
     def crop_block_size(self, block_size: int, cache: KVCache | None = None) -> None:
         """Shrink the context length, e.g. to finetune GPT-2 (1024) with a smaller block_size; a cache that will

@@ -4,9 +4,9 @@ adds to the attention scores, how long a sequence it can place, and which parame
 Every encoding answers the same questions (the base class answers "nothing" to each: that is NoPE), so model.py
 asks the encoding and never compares the name. Each also says how its context can grow past the block_size it was
 trained at (extensions, grow; position_scaling: docs/context_extension.md); extend.py applies that to a model.
-Adding one = a subclass here + one line in ENCODINGS (README, "Adding a position encoding"). An encoding's
-parameters are registered on the model's input layer under the names it gives (state-dict key input_layer.<name>,
-e.g. input_layer.wpe): checkpoints keep their keys.
+Adding one = a subclass here + one line in ENCODINGS (docs/input_layer.md, "Adding a position encoding"). An
+encoding's parameters are registered on the model's input layer under the names it gives (state-dict key
+input_layer.<name>, e.g. input_layer.wpe): checkpoints keep their keys.
 
 Imports nothing of this repo.
 """
@@ -22,7 +22,11 @@ YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
 
 
 class PositionEncoding:
-    """No position signal at all (NoPE, Kazemnejad et al. 2023): only the causal mask tells tokens apart."""
+    """No position signal at all (NoPE, Kazemnejad et al. 2023): only the causal mask tells tokens apart.
+
+    An encoding holds no tensors of its own: `held`, the input layer, holds its parameters and buffers under the
+    names it gives, so that their state-dict keys stay input_layer.<name> (docs/input_layer.md).
+    """
 
     # How train.py --extend_positions may grow this encoding's block_size (extend.py): keep = positions as they are.
     # Every other method is also the position_scaling value that the extended config records.
@@ -332,11 +336,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     # x * cos promotes bf16 (autocast) to float32: the rotation is computed in float32 and rounded once
     return (x * cos + turned * sin).to(x.dtype)
-
-
-def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding of x (B, n_head, T, head_dim) at absolute positions (T,)."""
-    return rotate(x, *rope_angles(positions, x.size(-1), base))
 
 
 def alibi_slopes(n_head: int) -> list[float]:

@@ -1,6 +1,7 @@
 """The layout's import graph, read from the source with ast (imports under `if TYPE_CHECKING:` aside, imports inside
-functions counted): no module imports itself through others, model.py imports only positions.py of this repo, and
-every import runs down the floors of docs/code_map.md (a package never imports one above it)."""
+functions counted): no module imports itself through others, model.py imports only positions.py and kernels.py of
+this repo (its speed choices, which import nothing of it), and every import runs down the floors of
+docs/code_map.md (a package never imports one above it)."""
 
 import ast
 from pathlib import Path
@@ -97,8 +98,10 @@ def test_the_import_graph_has_no_cycle():
     assert find_cycle(import_graph(REPO_ROOT)) == []
 
 
-def test_model_imports_only_positions():
-    assert import_graph(REPO_ROOT)["gpt.model"] == {"gpt", "gpt.positions"}
+def test_model_imports_only_positions_and_kernels():
+    graph = import_graph(REPO_ROOT)
+    assert graph["gpt.model"] == {"gpt", "gpt.positions", "gpt.kernels"}
+    assert graph["gpt.kernels"] == set()
 
 
 def test_every_import_runs_down_the_floors():

@@ -1,5 +1,5 @@
 """Tests of model.py, each against something independent of the code under test: a formula, the NumPy
-reference in input_layer_numpy.py, a NumPy float64 forward of the whole model (rope, alibi), Hugging Face
+reference in tests/input_layer_numpy.py, a NumPy float64 forward of the whole model (rope, alibi), Hugging Face
 transformers' GPT2LMHeadModel and rotary function, the uncached forward pass, or a finite-difference gradient.
 Small configs only; nothing is downloaded.
 """
@@ -9,6 +9,7 @@ import inspect
 import math
 from dataclasses import replace
 
+import input_layer_numpy as ref
 import numpy as np
 import pytest
 import torch
@@ -16,9 +17,7 @@ from scipy import stats
 from torch import nn
 from torch.nn import functional as F
 
-from gpt import gpt2_weights
-from gpt import input_layer_numpy as ref
-from gpt import model as M
+from gpt import gpt2_weights, kernels
 from gpt import positions as P
 from gpt.generate import filter_logits, generate, sample_next_token
 from gpt.model import GPT, GPTConfig, InputLayer
@@ -120,12 +119,12 @@ def test_input_layer_uses_absolute_positions(pos_encoding):
                                                                         config.n_embd)
     else:  # none, and rope and alibi, which act inside attention
         expected = wte[idx.numpy()]
-    h = layer(idx, past_length=past_length).detach().numpy()
+    h = layer(idx, torch.arange(past_length, past_length + 4)).detach().numpy()
     # 1e-12 in float64, except that the model keeps inv_freq in float32 (relative error 2^-24, so sin/cos at
     # position <= 12 are off by < 12 * 2^-24 ~ 1e-6) even after .double()
     np.testing.assert_allclose(h, expected, rtol=0, atol=1e-6 if pos_encoding == "sinusoidal" else 1e-12)
     if pos_encoding in ("learned", "sinusoidal"):  # and it is not the same as starting at position 0
-        assert np.abs(h - layer(idx, past_length=0).detach().numpy()).max() > 1e-2
+        assert np.abs(h - layer(idx, torch.arange(4)).detach().numpy()).max() > 1e-2
 
 
 @torch.no_grad()
@@ -301,7 +300,7 @@ def test_numpy_reference_matches_torch_autograd():
     with torch.no_grad():
         layer.wte.copy_(torch.from_numpy(wte))
         layer.wpe.copy_(torch.from_numpy(wpe))
-    h = layer(torch.from_numpy(idx), past_length=past_length)
+    h = layer(torch.from_numpy(idx), torch.arange(past_length, past_length + idx.shape[1]))
     (h * torch.from_numpy(R)).sum().backward()
 
     np.testing.assert_allclose(h.detach().numpy(), ref.forward(idx, wte, wpe, past_length), rtol=0, atol=1e-12)
@@ -326,14 +325,14 @@ def test_sinusoidal_input_layer_matches_reference_table():
     config = tiny_config("sinusoidal", block_size=64, n_embd=32)
     layer = InputLayer(config)
     near = np.arange(2 * config.block_size)
-    got = layer.position_encoding(torch.from_numpy(near)).double().numpy()
+    got = layer.encoding.input_term(layer, torch.from_numpy(near)).double().numpy()
     np.testing.assert_allclose(got, AMPLITUDE * ref.sinusoidal_table(near, 32), rtol=0, atol=1e-5)
 
     # Far positions: the model builds the angle pos * inv_freq in float32, two roundings of relative size
     # 2^-24 each, so the angle (and sin/cos of it) can be off by about pos * 2^-23; an atol of 1e-5 is only
     # honest up to position ~80. Measured: max error 4e-6 below 128, 3e-5 below 1024, 1.6e-4 below 5000.
     far = np.arange(5000)
-    err = np.abs(layer.position_encoding(torch.from_numpy(far)).double().numpy() / AMPLITUDE
+    err = np.abs(layer.encoding.input_term(layer, torch.from_numpy(far)).double().numpy() / AMPLITUDE
                  - ref.sinusoidal_table(far, 32))
     assert np.all(err.max(axis=1) <= far * 2.0**-23 + 1e-6)
 
@@ -468,7 +467,7 @@ def test_learned_table_rejects_positions_beyond_block_size():
     assert cache.length == 10  # the failed call left the cache alone
     model(random_ids(1, 6), cache=cache)  # positions 10..15: the last row of the table is usable
     with pytest.raises(ValueError, match=r"T=2 .*past_length=15 .*block_size=16"):
-        model.input_layer(random_ids(1, 2), past_length=15)
+        model.check_positions(2, past_length=15)
 
 
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi", "none"])
@@ -516,12 +515,6 @@ def test_targets_outside_the_vocabulary_raise():
 def test_temperature_must_be_finite_and_not_negative(temperature):
     with pytest.raises(ValueError, match=rf"temperature={temperature} must be a finite number >= 0"):
         sample_next_token(torch.zeros(1, 5), temperature)
-
-
-def test_empty_sequence_raises_in_input_layer():
-    layer = InputLayer(tiny_config())
-    with pytest.raises(ValueError, match="empty sequence: idx has T=0"):
-        layer(torch.zeros(1, 0, dtype=torch.long))
 
 
 @torch.no_grad()
@@ -714,11 +707,16 @@ def hf_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tens
     return apply_rotary_pos_emb(x, x, cos, sin)[0]
 
 
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """x (B, n_head, T, head_dim) turned at absolute positions (T,) as the model turns queries and keys."""
+    return P.rotate(x, *P.rope_angles(positions, x.size(-1), base))
+
+
 @pytest.mark.parametrize("base", [10000.0, 500.0])
 def test_apply_rope_matches_transformers(base):
     x = torch.randn(2, 3, 7, 16, generator=torch.Generator().manual_seed(0))
     positions = torch.arange(40, 47)  # after a cache of 40 positions
-    ours = P.apply_rope(x, positions, base)
+    ours = apply_rope(x, positions, base)
     assert max_abs(ours, hf_rope(x, positions, base)) < 1e-5
     assert max_abs(ours, hf_rope(x, positions + 1, base)) > 1e-2  # the positions matter
     assert max_abs(ours, hf_rope(x, positions, 2 * base)) > 1e-3  # and so does the base
@@ -729,10 +727,10 @@ def test_rope_preserves_norms_and_sees_only_position_differences():
     q, k = torch.randn(1, 2, 1, 32, generator=g, dtype=torch.float64), torch.randn(1, 2, 1, 32, generator=g,
                                                                                    dtype=torch.float64)
     far = torch.tensor([12345])
-    torch.testing.assert_close(P.apply_rope(q, far).norm(dim=-1), q.norm(dim=-1), rtol=1e-6, atol=0)
+    torch.testing.assert_close(apply_rope(q, far).norm(dim=-1), q.norm(dim=-1), rtol=1e-6, atol=0)
 
     def score(m: int, n: int) -> torch.Tensor:
-        return (P.apply_rope(q, torch.tensor([m])) * P.apply_rope(k, torch.tensor([n]))).sum(-1)
+        return (apply_rope(q, torch.tensor([m])) * apply_rope(k, torch.tensor([n]))).sum(-1)
 
     for m, n in ((5, 2), (0, 9), (100, 100)):
         for shift in (1, 7, 1000):
@@ -819,7 +817,7 @@ def test_position_settings_are_used():
     assert wpe.std().item() == pytest.approx(0.02, rel=0.05)
     layer = InputLayer(tiny_config("sinusoidal", sinusoidal_amplitude=0.5))
     positions = np.arange(5)
-    np.testing.assert_allclose(layer.position_encoding(torch.from_numpy(positions)).double().numpy(),
+    np.testing.assert_allclose(layer.encoding.input_term(layer, torch.from_numpy(positions)).double().numpy(),
                                0.5 * ref.sinusoidal_table(positions, 32), rtol=0, atol=1e-6)
 
 
@@ -865,8 +863,8 @@ def test_compiled_gelu_is_gpt2s_tanh_gelu():
     x = torch.linspace(-8, 8, 4001, dtype=torch.float32)
     x64 = x.double()
     expected = 0.5 * x64 * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
-    assert max_abs(M.gelu_tanh(x), expected) < 1e-6  # eager: torch's kernel
-    assert max_abs(torch.compile(M.gelu_tanh)(x), expected) < 1e-6  # compiled: the sigmoid form
+    assert max_abs(kernels.gelu_tanh(x), expected) < 1e-6  # eager: torch's kernel
+    assert max_abs(torch.compile(kernels.gelu_tanh)(x), expected) < 1e-6  # compiled: the sigmoid form
 
 
 # ---- on a CUDA GPU: python -m pytest -m gpu (skipped without one) ----------------------------------------
