@@ -2,6 +2,7 @@
 the README's test command is the one CI runs."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -114,6 +115,69 @@ def pointer_problems(text: str) -> list[str]:
 def test_code_points_only_at_docs_that_exist(source):
     """Comments and docstrings name docs/ pages, their sections and README sections: each must still be there."""
     assert not pointer_problems(source.read_text(encoding="utf-8"))
+
+
+STUDY_PAGES = ["README.md", "docs/positions/README.md", "docs/positions_bpe/README.md", "docs/context_extension.md"]
+NUMBER = r"[−+-]?\d+\.\d+"
+INTERVAL = re.compile(rf"({NUMBER}) \[({NUMBER}), ({NUMBER})\]")
+
+
+def interval_records(value, found: list) -> list[tuple[float, float, float]]:
+    """Every (mean, low, high) a results.json holds: paired gaps (also in bits per byte where the study gives the
+    mean in both units), and each gap's change between budgets."""
+    if isinstance(value, dict):
+        if {"low", "high"} <= value.keys() and ("mean" in value or "change" in value):
+            mean = value.get("mean", value.get("change"))
+            found.append((mean, value["low"], value["high"]))
+            if value.get("mean_bits_per_byte") is not None and mean:
+                scale = value["mean_bits_per_byte"] / mean
+                found.append((value["mean_bits_per_byte"], value["low"] * scale, value["high"] * scale))
+        for key, item in value.items():
+            if key not in ("per_position", "position_table", "runs"):
+                interval_records(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            interval_records(item, found)
+    return found
+
+
+def printed_from(text: str, value: float) -> bool:
+    """Whether text is value rounded once to text's own number of decimals (a minus sign may be typeset as −)."""
+    if not isinstance(value, float) or math.isnan(value):
+        return False
+    decimals = len(text.split(".")[1])
+    return f"{value:.{decimals}f}".lstrip("+") == text.replace("−", "-").lstrip("+")
+
+
+def unmatched_intervals(lines: list[str], records: list[tuple[float, float, float]]) -> list[str]:
+    """The 'mean [low, high]' of table rows that no record gives, each number rounded once (a lead may be printed
+    as the negated gap, its ends swapped). The literature table's evidence cells (rows naming a paper, "et al.")
+    are verdicts drawn from several records, not a study's table."""
+    missing = []
+    for line in lines:
+        if not line.startswith("|") or "et al." in line:
+            continue
+        for found in INTERVAL.finditer(line):
+            texts = found.groups()
+            if not any(all(map(printed_from, texts, (m, lo, hi))) or all(map(printed_from, texts, (-m, -hi, -lo)))
+                       for m, lo, hi in records):
+                missing.append(found.group(0))
+    return missing
+
+
+def test_study_tables_print_each_interval_once_from_its_exact_value():
+    """Each 'mean [low, high]' in the position write-ups' tables is a record of a committed results.json rounded
+    once: a number rounded from results.md's four places again, or typed by hand, is off in its last digit."""
+    records = []
+    for path in sorted((REPO_ROOT / "docs").rglob("results.json")):
+        interval_records(json.loads(path.read_text(encoding="utf-8")), records)
+    for page in STUDY_PAGES:
+        lines = (REPO_ROOT / page).read_text(encoding="utf-8").splitlines()
+        assert sum(len(INTERVAL.findall(line)) for line in lines if line.startswith("|")) > 10, page
+        assert not unmatched_intervals(lines, records), page
+    # the issue's examples, rounded twice: rope at 4000 from results.md's -0.0175, and rope with interpolation
+    assert unmatched_intervals(["| rope | −0.026 [−0.034, −0.018] |"], records) == ["−0.026 [−0.034, −0.018]"]
+    assert unmatched_intervals(["| rope | −0.026 [−0.034, −0.017] |"], records) == []
 
 
 def test_the_checker_finds_what_it_should(tmp_path):
