@@ -10,7 +10,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gpt", "text", "training", "study", "benchmarks")
 # Each floor imports only its own and those below it (docs/code_map.md). A name is a package or a root module.
 FLOORS = (("errors",), ("options", "files"), ("gpt", "text"), ("training",), ("train", "sample"), ("study",),
-          ("ablate", "bench", "benchmarks"))
+          ("ablate", "bench", "benchmarks", "score"))
 
 
 def modules(root: Path) -> dict[str, Path]:
