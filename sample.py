@@ -8,7 +8,6 @@ import math
 import re
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -179,21 +178,6 @@ def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_
     for row in rows[1:]:
         row.finish()
     return [tokenizer.decode(prompt) + row.text for row in rows], steps
-
-
-def incremental_text(tokenizer: Tokenizer, ids) -> Iterator[str]:
-    """The text of a stream of token ids, piece by piece: each token decoded once, not the whole text again.
-
-    A piece ends where the bytes so far end a character; a token that ends inside a multi-byte character
-    waits for the next. Whatever is pending at the end is sent too (as U+FFFD if it never completes).
-    """
-    text = StopText(tokenizer.decode)
-    for token in ids:
-        piece = text.push(token)
-        if piece:
-            yield piece
-    if last := text.finish():
-        yield last
 
 
 def main(argv: list[str]) -> None:

@@ -2,6 +2,7 @@
 TIKTOKEN_CACHE_DIR holds it (the tests read nothing outside the repository and never download)."""
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -111,3 +112,28 @@ def ends_its_threads(tmp_path) -> Path:
     path = tmp_path / "ends_its_threads.py"
     path.write_text(ENDS_ITS_THREADS)
     return path
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, corpus_text) -> Path:
+    """A finished 4-step run (ckpt.pt, best.pt, metrics.jsonl) and its data, under one folder: trained once for every
+    test_*_faults.py (read-only for the tests: run_copy gives each its own copy to damage)."""
+    from helpers import flags
+
+    import train as train_module
+    from options import parse_options
+    from text.dataset import prepare
+
+    root = tmp_path_factory.mktemp("trained")
+    prepare(corpus_text[:5000], root / "data", "char")
+    config, model_config = parse_options(flags(root / "run", root / "data"),
+                                         (train_module.TrainConfig, train_module.GPTConfig), "", "")
+    train_module.train(config, model_config)
+    return root
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path) -> Path:
+    """A copy of the trained run and its data, to damage; returns the folder holding run/ and data/."""
+    shutil.copytree(trained, tmp_path / "copy")
+    return tmp_path / "copy"

@@ -21,6 +21,7 @@ import matplotlib.image  # reads PNGs without a display backend
 import numpy as np
 import pytest
 import torch
+from helpers import corpus
 from scipy import stats
 
 import ablate
@@ -232,14 +233,6 @@ def test_changed_or_unrecorded_settings_are_reported():
 
 
 # ---------------------------------------------------------------------------------------------------- a study
-
-
-def corpus(n_words: int = 800) -> str:
-    words = ["to", "be", "or", "not", "that", "is", "the", "question", "whether", "tis", "nobler", "in", "mind",
-             "suffer", "slings", "arrows"]
-    rng = random.Random(0)
-    lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(n_words // 8)]
-    return "\n".join(lines) + "\n"
 
 
 def configs(root) -> tuple[AblateConfig, TrainConfig, GPTConfig]:

@@ -5,7 +5,7 @@ import threading
 
 import numpy as np
 import torch
-from test_train import configs
+from helpers import configs
 
 from text.dataset import get_batch, sample_offsets
 from train import train

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import tiny_model
 
 import bench
 from benchmarks import decode_speed
@@ -87,7 +88,6 @@ class FakeClock:
 
 
 def test_the_decode_step_is_timed_in_alternation_with_floor_passes_and_the_same_statistic():
-    from test_model import tiny_model
     clock = FakeClock()
     # the machine slows both alike half-way through, and one step in ten is an outlier: medians see neither
     slow = lambda n, base: base * (3 if n > 40 else 1) * (10 if n % 20 == 0 else 1)  # noqa: E731

@@ -3,17 +3,17 @@ prompt shared by a batch, and the text streamed piece by piece. Compiling is slo
 compiled tests are few, marked slow, and each compiles one graph that serves all of its checks.
 """
 
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
 import torch
-from test_model import BLOCK, max_abs, random_ids, tiny_model
+from helpers import BLOCK, max_abs, random_ids, tiny_model
 
 from gpt import fast_decode
 from gpt import generate as G
 from gpt import model as M
 from gpt.positions import POS_ENCODINGS
-from sample import incremental_text
 from text.tokenizer import GPT2Tokenizer
 
 
@@ -196,6 +196,22 @@ def test_shared_prompt_sampling_equals_the_unshared_reference():
     reference = G.generate(model, prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(2), use_cache=False, **kw)
     assert torch.equal(shared, reference)
     assert len({tuple(row) for row in shared.tolist()}) > 1  # the rows did sample apart
+
+
+def incremental_text(tokenizer, ids) -> Iterator[str]:
+    """The text of a stream of token ids, piece by piece, as sample.py streams its first sample through StopText:
+    each token decoded once, not the whole text again.
+
+    A piece ends where the bytes so far end a character; a token that ends inside a multi-byte character
+    waits for the next. Whatever is pending at the end is sent too (as U+FFFD if it never completes).
+    """
+    text = G.StopText(tokenizer.decode)
+    for token in ids:
+        piece = text.push(token)
+        if piece:
+            yield piece
+    if last := text.finish():
+        yield last
 
 
 class CountingTokenizer:

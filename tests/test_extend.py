@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_model import BLOCK, max_abs, random_ids, tiny_model
-from test_train import assert_same_state, run
+from helpers import BLOCK, assert_same_state, max_abs, random_ids, run, tiny_model
 
 import train as train_module
 from errors import OptionError, main_guard

@@ -4,6 +4,7 @@ the closed-form count of a GPT-2."""
 
 import pytest
 import torch
+from helpers import assert_one_line_error, cli
 
 from gpt.model import GPT, GPTConfig
 from training.memory import (
@@ -91,8 +92,6 @@ def test_fsdp_shards_the_state_and_checkpointing_shrinks_activations():
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
 def test_gpu_gb_must_be_a_finite_positive_number(capsys, value):
     """nan and inf passed `<= 0` and sized every GPU as infinite (issue 28)."""
-    from test_faults import assert_one_line_error, cli
-
     from training import memory
 
     result = cli(memory.main, [f"--gpu_gb={value}"], capsys)

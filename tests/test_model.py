@@ -13,6 +13,7 @@ import input_layer_numpy as ref
 import numpy as np
 import pytest
 import torch
+from helpers import BLOCK, VOCAB, max_abs, random_ids, randomize_, tiny_config, tiny_model
 from scipy import stats
 from torch import nn
 from torch.nn import functional as F
@@ -23,44 +24,8 @@ from gpt.generate import filter_logits, generate, sample_next_token
 from gpt.model import GPT, GPTConfig, InputLayer
 
 POS_ENCODINGS = P.POS_ENCODINGS
-BLOCK, VOCAB = 16, 37  # the tiny model of most tests
 # The sinusoidal table is Vaswani's scaled to the token table's init std (0.02): GPTConfig.sinusoidal_amplitude.
 AMPLITUDE = 0.02
-
-
-def tiny_config(pos_encoding: str = "learned", **overrides) -> GPTConfig:
-    kw = dict(block_size=BLOCK, vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=32, pos_encoding=pos_encoding)
-    kw.update(overrides)
-    return GPTConfig(**kw)
-
-
-@torch.no_grad()
-def randomize_(module: nn.Module, std: float = 0.2, seed: int = 0) -> nn.Module:
-    """Overwrite every parameter with N(0, std^2) (LayerNorm gains 1 + N(0, 0.1^2)).
-
-    GPT-2's own initialisation (std 0.02, zero biases) makes logits nearly flat and positions nearly
-    invisible, so a wrong mask or a wrong position would move logits by less than the tolerances. With
-    std 0.2 attention is sharp and the position signal large, which makes these comparisons sensitive.
-    """
-    g = torch.Generator().manual_seed(seed)
-    for name, p in module.named_parameters():  # a tied Parameter is visited once
-        noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
-        is_ln_gain = p.dim() == 1 and name.endswith("weight") and ".ln_" in "." + name
-        p.copy_(1.0 + 0.1 * noise if is_ln_gain else std * noise)
-    return module
-
-
-def tiny_model(pos_encoding: str = "learned", seed: int = 0, **overrides) -> GPT:
-    torch.manual_seed(seed)
-    return randomize_(GPT(tiny_config(pos_encoding, **overrides)), seed=seed).eval()
-
-
-def random_ids(*shape: int, vocab: int = VOCAB, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
-
-
-def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a.double() - b.double()).abs().max().item()
 
 
 def cached_logits(model: GPT, idx: torch.Tensor, chunks: list[int], **cache_kw) -> torch.Tensor:

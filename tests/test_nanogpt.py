@@ -1,6 +1,6 @@
-"""nanoGPT's files as they are: checkpoints, data folders and meta.pkl, built here in its layout (keys and dtypes
-as its train.py and data/shakespeare_char/prepare.py write them), against a float64 NumPy forward of its published
-architecture (wte + wpe, pre-LayerNorm blocks, exact erf GELU, final LayerNorm, tied head)."""
+"""nanoGPT's files as they are: checkpoints, data folders and meta.pkl, built in its layout by tests/helpers.py (keys
+and dtypes as its train.py and data/shakespeare_char/prepare.py write them), against a float64 NumPy forward of its
+published architecture (wte + wpe, pre-LayerNorm blocks, exact erf GELU, final LayerNorm, tied head)."""
 
 import hashlib
 import importlib.util
@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from helpers import CHARS, nanogpt_weights, write_meta, write_nanogpt_data, write_nanogpt_run
 from scipy.special import erf
 
 from errors import UserError
@@ -26,30 +27,6 @@ from training.checkpoint import read_checkpoint
 from training.nanogpt import continue_training, init_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
-CHARS = "\n !&',-.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # 63 characters
-
-
-def nanogpt_weights(n_layer: int, n_embd: int, vocab_size: int, block_size: int, bias: bool,
-                    seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random float32 weights under nanoGPT's state-dict keys; lm_head.weight is the same tensor as wte."""
-    g = torch.Generator().manual_seed(seed)
-
-    def rand(*shape):
-        return torch.randn(*shape, generator=g) * 0.3
-
-    w = {"transformer.wte.weight": rand(vocab_size, n_embd), "transformer.wpe.weight": rand(block_size, n_embd)}
-    shapes = {"ln_1": (n_embd,), "attn.c_attn": (3 * n_embd, n_embd), "attn.c_proj": (n_embd, n_embd),
-              "ln_2": (n_embd,), "mlp.c_fc": (4 * n_embd, n_embd), "mlp.c_proj": (n_embd, 4 * n_embd)}
-    for i in range(n_layer):
-        for name, shape in shapes.items():
-            w[f"transformer.h.{i}.{name}.weight"] = 1 + rand(*shape) if name.startswith("ln") else rand(*shape)
-            if bias:
-                w[f"transformer.h.{i}.{name}.bias"] = rand(shape[0])
-    w["transformer.ln_f.weight"] = 1 + rand(n_embd)
-    if bias:
-        w["transformer.ln_f.bias"] = rand(n_embd)
-    w["lm_head.weight"] = w["transformer.wte.weight"]
-    return w
 
 
 def reference_logits(w: dict[str, torch.Tensor], idx: np.ndarray, n_layer: int, n_head: int) -> np.ndarray:
@@ -78,55 +55,6 @@ def reference_logits(w: dict[str, torch.Tensor], idx: np.ndarray, n_layer: int, 
         h = linear(layer_norm(x, p + "ln_2"), p + "mlp.c_fc")
         x = x + linear(0.5 * h * (1 + erf(h / np.sqrt(2))), p + "mlp.c_proj")  # nn.GELU(): the exact GELU
     return layer_norm(x, "transformer.ln_f") @ w["lm_head.weight"].T
-
-
-def nanogpt_optimizer_state(weights: dict[str, torch.Tensor]) -> dict:
-    """AdamW's state after one step, grouped as nanoGPT's configure_optimizers does: named_parameters order
-    (the tied lm_head once, as wte), matrices decayed, vectors not."""
-    params = {k: torch.nn.Parameter(v.clone()) for k, v in weights.items() if k != "lm_head.weight"}
-    groups = [{"params": [p for p in params.values() if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99))
-    for i, p in enumerate(params.values()):
-        p.grad = torch.full_like(p, float(i + 1))  # each parameter's moments tell which it was
-    optimizer.step()
-    return optimizer.state_dict()
-
-
-def write_nanogpt_run(folder: Path, n_layer=2, n_head=2, n_embd=16, vocab_size=63, block_size=32, bias=True,
-                      dataset="shakespeare_char", compiled=False) -> Path:
-    """out_dir/ckpt.pt as nanoGPT's train.py writes it; returns the path."""
-    weights = nanogpt_weights(n_layer, n_embd, vocab_size, block_size, bias)
-    model = {("_orig_mod." if compiled else "") + k: v for k, v in weights.items()}
-    model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
-                      vocab_size=vocab_size, dropout=0.0)
-    config = {"out_dir": str(folder), "dataset": dataset, "batch_size": 12, "learning_rate": 1e-3, "bias": bias,
-              "compile": compiled, "device": "cpu", "dtype": "float32", "init_from": "scratch"}
-    checkpoint = {"model": model, "optimizer": nanogpt_optimizer_state(weights), "model_args": model_args,
-                  "iter_num": 250, "best_val_loss": torch.tensor(1.4861), "config": config}
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint, folder / "ckpt.pt")
-    return folder / "ckpt.pt"
-
-
-def write_meta(folder: Path, chars: str = CHARS) -> Path:
-    """meta.pkl as nanoGPT's data/shakespeare_char/prepare.py writes it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": {c: i for i, c in enumerate(chars)}}
-    with open(folder / "meta.pkl", "wb") as f:
-        pickle.dump(meta, f)
-    return folder / "meta.pkl"
-
-
-def write_nanogpt_data(folder: Path, text: str) -> Path:
-    """A nanoGPT char data folder: uint16 train.bin (first 90%) and val.bin, and meta.pkl."""
-    chars = "".join(sorted(set(text)))
-    ids = np.array([chars.index(c) for c in text], dtype=np.uint16)
-    n = int(len(ids) * 0.9)
-    write_meta(folder, chars)
-    ids[:n].tofile(folder / "train.bin")
-    ids[n:].tofile(folder / "val.bin")
-    return folder
 
 
 @pytest.mark.parametrize("bias, compiled", [(True, False), (False, False), (True, True)])

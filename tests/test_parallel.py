@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import torchrun
 
 from gpt.model import GPT, GPTConfig
 from train import TrainConfig, train
@@ -51,16 +52,6 @@ if rank == 0:
 del model
 end_processes()
 """
-
-
-def torchrun(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    """Run args[0] with args[1:] on 2 processes; it must end its process group's threads (the ends_its_threads
-    fixture, which each test using this asks for, puts the checking script in cwd)."""
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             str(cwd / "ends_its_threads.py"), *args], capture_output=True, text=True, env=env,
-                            cwd=cwd, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
 
 
 def train_argv(out_dir: Path, dataset: Path, **overrides) -> list[str]:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from test_model import BLOCK, max_abs, random_ids, tiny_model
+from helpers import BLOCK, max_abs, random_ids, tiny_model
 
 from gpt import fast_decode
 from gpt import generate as G

@@ -1,34 +1,19 @@
-"""The preparers' faults, as tests/test_faults.py checks the other scripts': every case ends with exit status 2,
+"""The preparers' faults, as tests/test_*_faults.py check the other scripts': every case ends with exit status 2,
 one line naming the value, the limit and the fix, no traceback, and the dataset that was there byte for byte as
-it was. The preparers' main() runs in this process, through errors.main_guard as the scripts do."""
+it was. The preparers' main() runs in this process, through errors.main_guard as the scripts do; a prepare that
+fails writing leaves a trained run's dataset (conftest.py's run_copy) whole."""
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_faults import assert_one_line_error, cli, digests
+from helpers import TEXT, assert_one_line_error, char_preparer, cli, corpus_main, digests
 
 from errors import UserError
-from text.dataset import load_split, prepare, prepare_main, split_difference, split_identity
+from text.dataset import load_split, prepare, split_difference, split_identity
 from text.tokenizer import CharTokenizer
-
-REPO = Path(__file__).resolve().parents[1]
-TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 30
-
-
-def char_preparer(folder: Path):
-    """What data/shakespeare_char/prepare.py runs, writing to folder (its own folder is the repo's)."""
-    return lambda argv: prepare_main(argv, folder, "char", lambda: TEXT, "")
-
-
-def corpus_main():
-    spec = importlib.util.spec_from_file_location("prepare_corpus_script", REPO / "data" / "corpus" / "prepare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 @pytest.fixture
@@ -176,3 +161,18 @@ def test_a_run_on_an_old_rule_dataset_resumes_unless_its_split_moved(tmp_path):
                                         r"one .*start a new run") as error:
         check_split(old, new, tmp_path / "ckpt.pt", "new")
     assert "\n" not in str(error.value) and "--overwrite=True" not in str(error.value)
+
+
+# ---- 4: prepare writes all three files or none -----------------------------------------------------------------
+
+
+def test_prepare_that_fails_writing_leaves_the_old_dataset_whole(run_copy, monkeypatch):
+    before = digests(run_copy / "data")
+
+    def disk_full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", disk_full)  # tokenizer.json, the last of the three to be written
+    with pytest.raises(UserError, match=r"could not write .*train\.bin.*No space left on device"):
+        prepare("a whole other corpus, with other characters! " * 50, run_copy / "data", "char")
+    assert digests(run_copy / "data") == before  # and no temporary file left beside them

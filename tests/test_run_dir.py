@@ -1,5 +1,6 @@
 """run_dir.py on its own: the claim on out_dir (lock, an old run, stale temps), metrics.jsonl's replace-then-append,
-and Ctrl-C/SIGTERM turned into a request. train.py's use of them is in test_train.py and test_faults.py."""
+and Ctrl-C/SIGTERM turned into a request. train.py's use of them is in test_train.py, test_run_dir_faults.py (the
+claim) and test_train_faults.py (the signals)."""
 
 import contextlib
 import json

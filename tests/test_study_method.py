@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import cli
 from scipy import stats
 
 import ablate
@@ -482,8 +483,6 @@ def budget_numbers(study_dir) -> dict:
 
 
 def test_run_index_trains_the_segments_its_branch_continues(tmp_path, data_dir, capsys):
-    from test_faults import cli
-
     reference = tmp_path / "reference"
     code, out, err = cli(ablate.main, wsd_flags(reference, data_dir), capsys)
     assert code == 0, (out, err)
@@ -506,8 +505,6 @@ def test_jobs_on_wsd_branches_give_the_numbers_of_one_process(tmp_path, data_dir
     import subprocess
     import sys
 
-    from test_faults import cli
-
     reference = tmp_path / "reference"
     assert cli(ablate.main, wsd_flags(reference, data_dir), capsys)[0] == 0
     study_dir = tmp_path / "study"
@@ -522,8 +519,6 @@ def test_jobs_on_wsd_branches_give_the_numbers_of_one_process(tmp_path, data_dir
 
 
 def test_list_runs_numbers_the_sweep_until_it_has_finished(tmp_path, data_dir, capsys):
-    from test_faults import cli
-
     flags = wsd_flags(tmp_path / "study", data_dir, budgets="8", seeds=1, lr_sweep="3e-3,3e-2", lr_sweep_seeds=1,
                       variants="learned,rope")
     code, out, _ = cli(ablate.main, [*flags, "--list_runs=True"], capsys)

@@ -13,8 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_ablate import corpus
-from test_faults import assert_one_line_error, cli
+from helpers import assert_one_line_error, cli, corpus
 
 import ablate
 from gpt.model import GPTConfig

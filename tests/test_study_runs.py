@@ -20,8 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_ablate import corpus
-from test_faults import assert_one_line_error, cli, digests
+from helpers import assert_one_line_error, cli, corpus, digests
 
 import ablate
 import files

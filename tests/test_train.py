@@ -5,7 +5,6 @@ model, a second run (resume vs uninterrupted, two processes vs one, eval_only vs
 evaluation), or the bytes of a file written before. Tiny models on CPU; nothing is downloaded.
 """
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import MODEL, TRAIN, assert_same_state, configs, run, torchrun
 
 import train as train_module
 from errors import UserError
@@ -32,20 +32,6 @@ from train import TrainConfig, get_lr, train
 from training.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
-TRAIN = dict(device="cpu", compile=False, progress=False, batch_size=4, eval_iters=2, eval_interval=1000,
-             log_interval=1, max_iters=10, lr_decay_iters=10, warmup_iters=2, learning_rate=1e-2, min_lr=1e-3)
-MODEL = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, dropout=0.0)
-MODEL_FIELDS = {f.name for f in dataclasses.fields(GPTConfig)}
-
-
-def configs(out_dir, dataset, **overrides) -> tuple[TrainConfig, GPTConfig]:
-    values = {**TRAIN, **MODEL, "out_dir": str(out_dir), "dataset": str(dataset), **overrides}
-    return (TrainConfig(**{k: v for k, v in values.items() if k not in MODEL_FIELDS}),
-            GPTConfig(**{k: v for k, v in values.items() if k in MODEL_FIELDS}))
-
-
-def run(out_dir, dataset, **overrides) -> dict:
-    return train(*configs(out_dir, dataset, **overrides))
 
 
 def command_line(out_dir, dataset, **overrides) -> list[str]:
@@ -146,12 +132,6 @@ def test_a_single_batch_can_be_overfit():
 
 
 # ---- resume -------------------------------------------------------------------------------------------------
-
-
-def assert_same_state(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
 
 
 def test_resume_equals_an_uninterrupted_run(tmp_path, char_data):
@@ -397,22 +377,14 @@ def test_wandb_disabled_logs_what_metrics_jsonl_holds(tmp_path, char_data, monke
 # ---- DDP ----------------------------------------------------------------------------------------------------
 
 
-def torchrun(tmp_path, argv: list[str], env: dict, processes: int = 2) -> subprocess.CompletedProcess:
-    """train.py under torchrun, checked to end its process group's threads (the ends_its_threads fixture, which
-    each test using this asks for, puts the checking script in tmp_path)."""
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc_per_node={processes}", str(tmp_path / "ends_its_threads.py"),
-                           str(REPO / "train.py"), *argv],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
-
-
 @pytest.mark.slow
 def test_ddp_two_processes_equal_one_process_with_gradient_accumulation(tmp_path, char_data, script_env,
                                                                         ends_its_threads):
     """4 micro-batches per step: 2 per process (exercising no_sync) against all 4 in one process."""
     settings = dict(gradient_accumulation_steps=4, max_iters=8, lr_decay_iters=8, learning_rate=2e-4, min_lr=2e-5,
                     eval_interval=4, dropout=0.0)
-    result = torchrun(tmp_path, command_line(tmp_path / "ddp", char_data, **settings), script_env)
+    result = torchrun([str(REPO / "train.py"), *command_line(tmp_path / "ddp", char_data, **settings)], script_env,
+                      tmp_path, check=False)
     assert result.returncode == 0, result.stderr
     assert "2 process(es)" in result.stdout
     argv = command_line(tmp_path / "one", char_data, **settings)
@@ -440,7 +412,8 @@ def test_ddp_two_processes_equal_one_process_with_gradient_accumulation(tmp_path
 
 @pytest.mark.slow
 def test_ddp_gradient_accumulation_must_divide_among_processes(tmp_path, char_data, script_env, ends_its_threads):
-    result = torchrun(tmp_path, command_line(tmp_path / "out", char_data, gradient_accumulation_steps=3), script_env)
+    argv = command_line(tmp_path / "out", char_data, gradient_accumulation_steps=3)
+    result = torchrun([str(REPO / "train.py"), *argv], script_env, tmp_path, check=False)
     assert result.returncode != 0
     assert "gradient_accumulation_steps=3 must be a multiple of the number of processes (2)" in result.stderr
     assert not (tmp_path / "out" / "ckpt.pt").exists()

@@ -1,0 +1,391 @@
+"""train.py's faults, as a careless or hostile user makes them (see docs/what_is_safe.md): an evaluation over
+an old run; SIGTERM and kill -9, also in a long compiled evaluation, a backward pass, an optimizer step and a save;
+settings and flags out of range, silent or misleading; a run that diverges. Every case ends with its exit code, one
+line that names the problem, no traceback, and the files that were there before byte-for-byte as they were.
+
+Most cases run train.py's main() in this process (through errors.main_guard, as the script does); signals and
+kill -9 need a real process and are few. Each case damages its own copy (the run_copy fixture) of one trained run
+(conftest.py's trained, trained once for every test_*_faults.py).
+"""
+
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import REPO, assert_one_line_error, cli, digests, flags
+
+import train as train_module
+from options import parse_options
+from training.checkpoint import load_checkpoint
+
+# ---- 1, 2, 5: an evaluation over an old run -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("init_from", ["scratch", "resume"])
+def test_eval_only_writes_nothing(run_copy, capsys, init_from):
+    before = digests(run_copy)
+    code, out, err = cli(train_module.main, flags(run_copy / "run", run_copy / "data", eval_only=True,
+                                                  init_from=init_from), capsys)
+    assert code == 0 and "val loss" in out, err
+    assert digests(run_copy) == before
+
+
+# ---- 7, 8: signals and kill -9 ------------------------------------------------------------------------------
+
+
+def start_training(run_copy, script_env, **overrides) -> subprocess.Popen:
+    argv = flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=10**6, lr_decay_iters=10**6,
+                 **overrides)
+    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=script_env)
+
+
+def wait_for_training(process: subprocess.Popen, metrics: Path, lines: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(metrics.read_text().splitlines()) <= lines:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no training step after 60 s"
+        time.sleep(0.05)
+
+
+def wait_for_handler(process: subprocess.Popen, signum: int, timeout: float = 60) -> None:
+    """Until the process catches signum (its SigCgt mask in /proc, on Linux): the moment train.py's stop handler is
+    in place. A fixed sleep raced it on a loaded machine, where the default action ends the process at once."""
+    status = Path(f"/proc/{process.pid}/status")
+    if not status.exists():  # no /proc: a generous sleep instead
+        time.sleep(5)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None, process.communicate()
+        caught = next(line for line in status.read_text().splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) >> (signum - 1) & 1:
+            return
+        assert time.monotonic() < deadline, f"signal {signum} not caught after {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_143(run_copy, script_env):
+    lines = len((run_copy / "run" / "metrics.jsonl").read_text().splitlines())
+    process = start_training(run_copy, script_env, eval_interval=10**6)
+    try:
+        wait_for_training(process, run_copy / "run" / "metrics.jsonl", lines + 2)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, stderr  # 128 + SIGTERM
+    assert "Traceback" not in stdout + stderr and "done" not in stdout
+    state = load_checkpoint(run_copy / "run" / "ckpt.pt")
+    assert state["iter_num"] > 4  # the steps since the last evaluation are kept
+    assert f"interrupted (SIGTERM): saved iteration {state['iter_num']}" in stdout
+
+
+@pytest.mark.slow
+def test_kill_9_during_saves_leaves_a_loadable_checkpoint_and_its_temps_are_cleared(run_copy, script_env):
+    """eval_interval=1 saves after every step, so a kill lands in or near a save; whatever it leaves, ckpt.pt
+    loads, and the next start removes the partial temporary files."""
+    run = run_copy / "run"
+    for delay in (0.05, 0.2):
+        lines = len((run / "metrics.jsonl").read_text().splitlines())
+        process = start_training(run_copy, script_env, eval_interval=1)
+        wait_for_training(process, run / "metrics.jsonl", lines)
+        time.sleep(delay)
+        process.kill()
+        process.communicate()
+        assert load_checkpoint(run / "ckpt.pt")["iter_num"] >= 4
+    (run / "ckpt.pt1234abcd.tmp").write_bytes(b"PK\x03\x04 the start of a checkpoint")  # as a kill leaves one
+    (run / "best.ptzz.tmp").write_bytes(b"")
+    resumed_from = load_checkpoint(run / "ckpt.pt")["iter_num"]
+    result = train_module.train(*parse_options(
+        flags(run, run_copy / "data", init_from="resume", max_iters=resumed_from + 1),
+        (train_module.TrainConfig, train_module.GPTConfig), "", ""))
+    assert result["iter_num"] == resumed_from + 1
+    assert not list(run.glob("*.tmp"))
+
+
+# Runs train.py (argv[1:]) so that its first checkpoint save is hit by two SIGTERMs 30 ms apart, as a scheduler
+# that repeats its signal does; the second lands inside torch.save.
+TWO_SIGNALS = '''
+import os, runpy, signal, sys, time
+import torch
+
+real_save = torch.save
+
+
+def save_hit_twice(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.03)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # the second signal ends the process here
+    return real_save(*args, **kwargs)
+
+
+torch.save = save_hit_twice
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_during_a_save_aborts_at_once_with_143(run_copy, script_env, tmp_path):
+    """Was exit 1 with KeyboardInterrupt then RuntimeError inside torch.save, or exit 130 for a SIGTERM."""
+    run = run_copy / "run"
+    before = digests(run)
+    (tmp_path / "two_signals.py").write_text(TWO_SIGNALS)
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(tmp_path / "two_signals.py"), str(REPO / "train.py"),
+                             *flags(run, run_copy / "data", init_from="resume", max_iters=8, eval_interval=1)],
+                            capture_output=True, text=True, env=script_env, timeout=120)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert time.monotonic() - started < 25  # not the 30 s the save sleeps
+    assert result.stderr.strip().splitlines() == ["aborted by a second SIGTERM: the checkpoints are the last ones "
+                                                  "saved whole"]
+    after = digests(run)
+    assert {k: v for k, v in after.items() if k != "metrics.jsonl" and not k.endswith(".tmp")} == \
+        {k: v for k, v in before.items() if k != "metrics.jsonl"}
+    assert load_checkpoint(run / "ckpt.pt")["iter_num"] == 4
+
+
+# ---- issue 17: a stop signal interrupts evaluation, compilation and steps ----------------------------------------
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_long_compiled_evaluation_exits_143_within_seconds(run_copy, script_env):
+    """eval_iters=10**9 takes days; the signal lands in its compilation or its batches, and must end the run
+    within seconds, saving the complete state (iteration 4, as resumed), the other files as they were."""
+    run = run_copy / "run"
+    before = digests(run)
+    weights = load_checkpoint(run / "ckpt.pt")["model"]
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *flags(run, run_copy / "data", init_from="resume", max_iters=8,
+                                                        eval_iters=10**9, compile=True)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**script_env, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert "parameters" in process.stdout.readline()  # set up: the evaluation at iteration 4 starts
+        wait_for_handler(process, signal.SIGTERM)
+        time.sleep(1.0)  # into the evaluation's compilation or its batches
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+        waited = time.monotonic() - signalled
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, stderr
+    assert waited < 20, waited
+    assert "Traceback" not in stdout + stderr and "done" not in stdout
+    assert "interrupted (SIGTERM): saved iteration 4" in stdout
+    after = digests(run)
+    assert {k: v for k, v in after.items() if k != "ckpt.pt"} == {k: v for k, v in before.items() if k != "ckpt.pt"}
+    state = load_checkpoint(run / "ckpt.pt")
+    assert state["iter_num"] == 4
+    assert all(torch.equal(state["model"][name], weights[name]) for name in weights)  # no half-evaluated state
+
+
+@pytest.mark.parametrize("where", ["backward", "optimizer step"])
+def test_a_signal_that_cuts_a_step_short_saves_the_step_before(run_copy, monkeypatch, where):
+    """A signal in the backward pass of step 6 (its batches drawn) saves iteration 6 with the random state from
+    before that step; one in its optimizer step lets the step finish and saves iteration 7. Either way, resuming
+    gives exactly the weights of a run that was never interrupted."""
+    real_step = train_module.train_step
+    sections = (train_module.TrainConfig, train_module.GPTConfig)
+    argv = flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=10, eval_interval=100)
+    shutil.copytree(run_copy / "run", run_copy / "whole")
+    whole = train_module.train(*parse_options([*argv, f"--out_dir={run_copy / 'whole'}"], sections, "", ""))
+    assert whole["iter_num"] == 10
+
+    class SignalInBackward(torch.autograd.Function):  # the signal lands inside the backward pass of step 6
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # interrupted: the handler raises here
+            return grad
+
+    def signal_and_wait(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)  # deferred: the step goes on after this
+
+    def step_with_signal(run, lr):
+        if run.iter_num == 6:
+            hook = run.model.ln_f.register_forward_hook(lambda m, i, out: SignalInBackward.apply(out)) \
+                if where == "backward" else run.optimizer.register_step_pre_hook(signal_and_wait)
+            try:
+                return real_step(run, lr)
+            finally:
+                hook.remove()
+        return real_step(run, lr)
+
+    monkeypatch.setattr(train_module, "train_step", step_with_signal)
+    started = time.monotonic()
+    cut = train_module.train(*parse_options(argv, sections, "", ""))
+    assert time.monotonic() - started < 25
+    saved = 6 if where == "backward" else 7
+    assert cut["interrupted"] == signal.SIGTERM and cut["iter_num"] == saved
+    assert load_checkpoint(run_copy / "run" / "ckpt.pt")["iter_num"] == saved
+    monkeypatch.setattr(train_module, "train_step", real_step)
+    resumed = train_module.train(*parse_options(argv, sections, "", ""))
+    assert resumed["iter_num"] == 10
+    for name, tensor in whole["model"].state_dict().items():
+        assert torch.equal(resumed["model"].state_dict()[name], tensor), name
+
+
+def test_sigterm_during_an_eval_only_run_writes_nothing(run_copy, monkeypatch):
+    def estimate_then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+
+    before = digests(run_copy)
+    monkeypatch.setattr(train_module, "estimate_loss", estimate_then_signal)
+    result = train_module.train(*parse_options(flags(run_copy / "run", run_copy / "data", init_from="resume",
+                                                     eval_only=True),
+                                               (train_module.TrainConfig, train_module.GPTConfig), "", ""))
+    assert result["interrupted"] == signal.SIGTERM
+    assert digests(run_copy) == before
+
+
+# ---- settings a user gives ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("max_iters = 10**10**10\n", "too large for a setting"),
+    ("max_iters = 2**4000 * 2**4000 * 2**4000\n", "too large"),
+    ("max_iters = [0] * 10**9\n", "too long for a setting"),
+    ("wandb_run_name = 'x' * 10**12\n", "too long for a setting"),
+])
+def test_config_values_that_take_unbounded_time_or_memory_are_refused(tmp_path, capsys, body, fragment):
+    (tmp_path / "config.py").write_text(body)
+    started = time.perf_counter()
+    result = cli(train_module.main, [tmp_path / "config.py"], capsys)
+    assert time.perf_counter() - started < 10
+    assert_one_line_error(*result, f"{tmp_path / 'config.py'}:1", fragment)
+
+
+def test_always_save_checkpoint_false_saves_ckpt_only_on_improvement(run_copy, monkeypatch):
+    saved = []
+    real_save = train_module.save_checkpoint
+
+    def save(state, path):
+        saved.append((Path(path).name, state["iter_num"]))
+        real_save(state, path)
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save)
+    val_losses = iter([3.0, 3.5, 2.5, 2.8, 2.9])  # evaluations at 0, 2, 4, 6, 8
+    monkeypatch.setattr(train_module, "estimate_loss", lambda *a, **k: {"train": 1.0, "val": next(val_losses)})
+    argv = flags(run_copy / "new", run_copy / "data", max_iters=8, lr_decay_iters=8, eval_interval=2,
+                 always_save_checkpoint=False)
+    train_module.train(*parse_options(argv, (train_module.TrainConfig, train_module.GPTConfig), "", ""))
+    assert saved == [("best.pt", 0), ("ckpt.pt", 0), ("best.pt", 4), ("ckpt.pt", 4), ("ckpt.pt", 8)]
+
+
+# ---- issue 17: settings that were tracebacks, silent or misleading -----------------------------------------------
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--device=tpu"], ["device='tpu'", "not a device name"]),
+    (["--device=cuda:7"], ["device='cuda:7' is not available"]),
+    (["--init_from=scrach"], ["init_from='scrach' must be one of scratch, resume, gpt2"]),
+    (["--out_dir="], ["out_dir is empty"]),
+    (["--max_iters=10**10**10"], ["--max_iters='10**10**10': expected int"]),
+    (["--beta1=1.5"], ["beta1=1.5 must be in [0, 1)"]),
+    (["--beta2=-0.1"], ["beta2=-0.1 must be in [0, 1)"]),
+    (["--beta1=nan"], ["beta1=nan must be in [0, 1)"]),
+    (["--seed=18446744073709551616"], ["seed=18446744073709551616 must be in [0, 2**64)"]),
+    (["--seed=-1"], ["seed=-1 must be in [0, 2**64)"]),
+    (["--grad_clip=-1"], ["grad_clip=-1.0 must be a finite number >= 0 (0: off)"]),
+    (["--grad_clip=nan"], ["grad_clip=nan must be a finite number >= 0"]),
+    (["--max_seconds=-10"], ["max_seconds=-10.0 must be a finite number >= 0 (0: off)"]),
+    (["--weight_decay=nan"], ["weight_decay=nan must be a finite number >= 0"]),
+    (["--weight_decay=-0.1"], ["weight_decay=-0.1 must be a finite number >= 0"]),
+    (["--pos_encoding=sinusoidal", "--sinusoidal_amplitude=inf"], ["sinusoidal_amplitude=inf must be finite"]),
+    (["--learned_init_std=inf"], ["learned_init_std=inf must be finite"]),
+    (["--pos_encoding=rope", "--rope_base=inf"], ["rope_base=inf must be finite"]),
+    (["--dropout=nan"], ["dropout=nan must be in [0, 1)"]),
+    (["--learning_rate=inf"], ["learning_rate=inf must be a finite number > 0"]),
+    (["--min_lr=inf"], ["min_lr=inf must be a finite number >= 0"]),
+    (["--lr_schedule=wsd", "--decay_lr=False"], ["lr_schedule='wsd' decays", "decay_lr=False holds it constant",
+                                                 "drop --decay_lr=False"]),
+])
+def test_bad_training_settings_are_one_line_before_anything_runs(run_copy, capsys, argv, fragments):
+    before = digests(run_copy)
+    result = cli(train_module.main, [*flags(run_copy / "new", run_copy / "data"), *argv], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert digests(run_copy) == before and not (run_copy / "new").exists()
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--batch_size=1000000000"], ["batch_size=1000000000 x block_size=16", "GB for a step", "smaller batch_size"]),
+    (["--gradient_accumulation_steps=1000000000"], ["gradient_accumulation_steps=1000000000)", "GB for a step"]),
+    (["--n_head=16", "--n_embd=1000000000000"], ["n_embd=1000000000000 make more than 2**50 parameters"]),
+    (["--t5_max_distance=0"], ["t5_max_distance=0 must be at least 1"]),
+])
+def test_sizes_no_memory_holds_are_one_line(run_copy, capsys, argv, fragments):
+    """Were the kernel's OOM killer, an allocator's traceback, or a shape overflow's."""
+    before = digests(run_copy)
+    started = time.perf_counter()
+    result = cli(train_module.main, [*flags(run_copy / "new", run_copy / "data"), *argv], capsys)
+    assert_one_line_error(*result, *fragments)
+    assert time.perf_counter() - started < 10
+    assert digests(run_copy) == before
+
+
+@pytest.mark.parametrize("setting", ["grad_clip", "max_seconds"])
+def test_zero_still_turns_grad_clip_and_max_seconds_off(run_copy, capsys, setting):
+    code, out, err = cli(train_module.main, flags(run_copy / "new", run_copy / "data", **{setting: 0}), capsys)
+    assert code == 0 and "done: 4 iterations" in out, err
+
+
+@pytest.mark.parametrize("old_run", [False, True])
+def test_a_diverged_run_names_only_a_checkpoint_it_wrote(run_copy, capsys, monkeypatch, old_run):
+    """NaN at the first evaluation: nothing of this run was saved, and an old run's ckpt.pt (replaced with
+    --overwrite) is not this run's last good checkpoint."""
+    monkeypatch.setattr(train_module, "estimate_loss", lambda *a, **k: {"train": math.nan, "val": math.nan})
+    out_dir = run_copy / ("run" if old_run else "new")
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(out_dir, run_copy / "data", overwrite=True), capsys)
+    assert_one_line_error(*result, "val loss is nan at iteration 0", "No checkpoint of this run was saved")
+    assert "ckpt.pt" not in result[2]
+    assert digests(run_copy) == before
+
+
+def test_a_diverged_resumed_run_names_its_checkpoint(run_copy, capsys, monkeypatch):
+    monkeypatch.setattr(train_module, "estimate_loss", lambda *a, **k: {"train": math.nan, "val": math.nan})
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8),
+                 capsys)
+    assert_one_line_error(*result, f"The last good checkpoint is {run_copy / 'run' / 'ckpt.pt'}")
+
+
+def test_fsdp_without_torchrun_says_it_is_one_process(run_copy, capsys):
+    code, out, err = cli(train_module.main, flags(run_copy / "new", run_copy / "data", parallel="fsdp",
+                                                  max_iters=2), capsys)
+    assert code == 0 and "done: 2 iterations" in out, err
+    notes = [line for line in err.splitlines() if "fsdp" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "one process" in notes[0]
+
+
+@pytest.mark.parametrize("given, fragments", [
+    ({"t5_num_buckets": 4}, ["t5_num_buckets is a setting of pos_encoding=t5, and this run's is learned"]),
+    ({"pos_encoding": "rope", "learned_init_std": 0.02}, ["learned_init_std is a setting of pos_encoding=learned"]),
+    ({"wsd_decay_shape": "linear"}, ["wsd_decay_shape is a setting of lr_schedule=wsd", "schedule is cosine"]),
+])
+def test_a_flag_that_would_do_nothing_is_refused_before_the_run(tmp_path, char_data, capsys, given, fragments):
+    """Was: --t5_num_buckets=4 under learned positions, or --wsd_decay_shape=linear under cosine, trained
+    without a word."""
+    result = cli(train_module.main, flags(tmp_path / "out", char_data, **given), capsys)
+    assert_one_line_error(*result, *fragments, "it would do nothing")
+    assert not (tmp_path / "out").exists()
