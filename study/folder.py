@@ -45,10 +45,10 @@ def study_identity(ablate: AblateConfig, train_config: TrainConfig, model_config
     return {"ablate_config": settings, **base}
 
 
-def claim_study(ablate: AblateConfig, identity: dict, cells: list[str]) -> None:
+def claim_study(ablate: AblateConfig, identity: dict, cells: list[str], retrained: int = 0) -> None:
     """Make study_dir this study's: refuse a folder that holds another one unless --overwrite=True, which
-    removes that study's results and plots (its runs stay; those the new plan has with other settings train
-    again)."""
+    removes that study's results and plots (its runs stay; the `retrained` finished runs the new plan has with
+    other settings train again, in their folders)."""
     study_dir = Path(ablate.study_dir)
     if study_dir.exists() and not study_dir.is_dir():
         raise UserError(f"study_dir={ablate.study_dir!r} is a file, not a folder; choose another --study_dir")
@@ -68,12 +68,13 @@ def claim_study(ablate: AblateConfig, identity: dict, cells: list[str]) -> None:
         hold_lock(study_dir / "study.lock", stack, wait=True)
         stored, damage = read_json(study_dir / STUDY_FILE)
         if stored != identity:
-            replace_study(study_dir, identity, stored, damage, ablate.overwrite)
+            replace_study(study_dir, identity, stored, damage, ablate.overwrite, retrained)
         if not (study_dir / ".gitignore").exists():  # one the user wrote or changed is theirs
             write_atomic(study_dir / ".gitignore", STUDY_GITIGNORE)
 
 
-def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: str, overwrite: bool) -> None:
+def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: str, overwrite: bool,
+                  retrained: int) -> None:
     """Write study.json for identity over what a folder holds: nothing, or (with --overwrite=True) another
     study, whose results and plots go, or a damaged study.json."""
     if (stored is not None or damage) and not overwrite:
@@ -82,8 +83,10 @@ def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: 
             f"is another study: {', '.join(differ)} differ; cells there: "
             f"{', '.join(stored.get('ablate_config', {}).get('cells', []))}; now: "
             f"{', '.join(identity['ablate_config']['cells'])}")
-        raise UserError(f"{study_dir / STUDY_FILE} {what}. Give --overwrite=True to replace its results (its runs "
-                        "are kept, and reused where their settings match), or choose another --study_dir")
+        runs = (f"{retrained} of its finished runs have other settings and would be trained again in their folders, "
+                "replacing them; the others are reused" if retrained else "its finished runs are reused")
+        raise UserError(f"{study_dir / STUDY_FILE} {what}. Give --overwrite=True to replace its results ({runs}), "
+                        "or choose another --study_dir")
     if stored is not None or damage:
         for old in [*(study_dir / name for name in RESULT_FILES), *study_dir.glob("*.png")]:
             old.unlink(missing_ok=True)  # the old study's results and plots never stand beside the new ones

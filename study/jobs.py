@@ -20,7 +20,7 @@ from study.cost import OutOfTime, TimeBox, plan_view, rebuild_steps, run_estimat
 from study.folder import check_modes, claim_study, study_identity
 from study.plan import STABLE, StudyRun
 from study.records import code_version
-from study.run import cached_eval, claim, eval_key, finish_run, finished_record
+from study.run import cached_eval, claim, eval_key, finish_run, finished_record, has_other_settings
 from text.corpus import usable_cpus
 from train import TrainConfig
 from training.run_dir import CHECKPOINT_FILES, DONE_FILE, Interrupted
@@ -217,7 +217,8 @@ def study_records(plan: list[StudyRun], ablate: AblateConfig, train_config: Trai
         return None, 0
     limit = parse_time_limit(ablate.time_limit)
     started = time.time()
-    claim_study(ablate, study_identity(ablate, train_config, model_config), cells)
+    retrained = sum(run.dir.is_dir() and has_other_settings(run) for run in plan)
+    claim_study(ablate, study_identity(ablate, train_config, model_config), cells, retrained)
     for run in [plan[ablate.run_index]] if ablate.run_index >= 0 else plan:
         finished_record(run, ablate.overwrite)  # a damaged or mismatched record stops the study before any training
     max_iters, show = max(run.budget for run in plan), train_config.progress

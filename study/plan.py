@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from errors import OptionError
+from gpt.extend import extended_config
 from study.cells import FROM_CELL, Cell, cell_name, configured_cells, parse_cell, study_cells
 from study.config import AblateConfig
 from study.evaluation import sliding_geometry
@@ -234,7 +235,12 @@ def with_finetunes(plan: list[StudyRun], cells: list[dict], ablate: AblateConfig
             raise OptionError(f"cell {run.variant!r} changes model settings of its from_cell {base.variant!r}, "
                               "whose checkpoint is its model: change only block_size (with extend_positions) and "
                               "dropout")
-        block = base.model_config.block_size
+        block, method = base.model_config.block_size, run.train_config.extend_positions
+        if method or run.model_config.block_size != block:  # found here, not after the base has trained
+            try:
+                extended_config(base.model_config, run.model_config.block_size, method)
+            except ValueError as e:
+                raise OptionError(f"cell {run.variant!r}: {e}") from None
         window, stride = sliding_geometry(ablate, block)
         finetuned.append(replace(run, start_from=base.dir, finetune=True, budget=base.budget, evaluation={
             "eval_multipliers": [m * block / run.model_config.block_size for m in ablate.eval_multipliers],

@@ -53,6 +53,13 @@ def claim(run: StudyRun, stack: contextlib.ExitStack, wait: bool = False) -> str
     return hold_lock(run.dir.with_name(run.dir.name + ".lock"), stack, wait)
 
 
+def has_other_settings(run: StudyRun) -> bool:
+    """Whether the run's folder holds a whole finished record made with other settings (what --overwrite=True
+    trains again, in that folder)."""
+    record, _ = read_record(run.dir / DONE_FILE, RECORD_FIELDS)
+    return record is not None and bool(changed_settings(record["settings"], settings(run)))
+
+
 def finished_record(run: StudyRun, overwrite: bool) -> dict | None:
     """The run's done.json when it holds this run, finished; None when the run is to be trained (none there, or
     --overwrite=True over other settings). The record is enough: its checkpoint may be absent (pruned, or a study
@@ -146,9 +153,22 @@ def rebuild_checkpoint(run: StudyRun, plan: list[StudyRun], bar: tqdm, start: in
                 raise Interrupted(result["interrupted"])
             if checkpoint_identity(Path(folder) / CHECKPOINT) != record["checkpoint"]:
                 raise UserError(f"{run.dir / CHECKPOINT} is not there and training it again gave another state "
-                                f"than its record names (trained on {record['provenance']['cpu']}, torch "
-                                f"{record['provenance']['torch']}); copy the checkpoint in, or continue there")
+                                f"than its record names: {what_differs(record['provenance'])}")
             os.replace(Path(folder) / CHECKPOINT, run.dir / CHECKPOINT)
+
+
+def what_differs(then: dict) -> str:
+    """Why a run trained again may not reproduce its record: what its provenance names otherwise than this
+    process (threads first: the one a flag fixes), and the fix."""
+    now = provenance(then["dtype"], 0.0)
+    if then.get("threads") != now["threads"]:
+        return (f"it trained with {then.get('threads')} threads, this process has {now['threads']}; give "
+                f"--threads={then.get('threads')}")
+    differ = [f"{name} {then[name]!r} then, {now[name]!r} now" for name in ("torch", "device", "cpu", "cpu_id",
+                                                                            "cpu_flags")
+              if name in then and then[name] != now[name]]
+    where = "; ".join(differ) or f"the same torch {now['torch']}, {now['cpu']} and threads"
+    return f"{where}; copy the checkpoint in, or continue the study where it trained"
 
 
 def latest_logged(metrics_file: Path) -> tuple[int, float | None]:

@@ -315,6 +315,20 @@ def extension_study(root, char_data, **changes) -> tuple:
     return ablate_config, train_config, GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=BLOCK)
 
 
+@pytest.mark.parametrize("cell, message", [
+    ("rope block_size=32 extend_positions=copy max_iters=0 from_cell=rope",
+     "extend_positions='copy' does not apply to pos_encoding='rope', which takes keep, interpolate, ntk, yarn"),
+    ("learned block_size=8 extend_positions=interpolate max_iters=0 from_cell=learned",
+     "block_size=8 does not grow the model's block_size=16"),
+])
+def test_a_finetune_its_base_cannot_take_is_refused_before_the_base_trains(tmp_path, char_data, cell, message):
+    """Was refused only when the finetune started, after its base cell had trained."""
+    ablate_config, train_config, model_config = extension_study(tmp_path, char_data)
+    with pytest.raises(OptionError, match=re.escape(f"cell {cell!r}: {message}")):
+        run_plan(dataclasses.replace(ablate_config, variants=["learned", "rope", cell]), train_config, model_config)
+    assert not (tmp_path / "study").exists()
+
+
 def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, monkeypatch):
     """--list_runs: a from_cell run trains its own max_iters from step 0 (not its max_iters less its base's)."""
     configs = extension_study(tmp_path, char_data)

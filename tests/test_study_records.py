@@ -259,6 +259,18 @@ def test_two_cpus_of_one_model_name_are_told_apart():
     assert arm["cpu_id"] == "CPU implementer 0x41, CPU part 0xd0c" and arm["cpu_flags"] == ["asimd", "sve"]
 
 
+def test_a_rebuild_that_differs_names_what_differs_threads_first():
+    """A record made with --threads=1, rebuilt with 2: the checkpoint differs, and the message blamed the machine
+    ("trained on AMD EPYC, torch ...") though CPU and torch were the same."""
+    now = run_records.provenance("float32", 0.0)
+    said = study_run.what_differs({**now, "threads": now["threads"] + 1})
+    assert f"it trained with {now['threads'] + 1} threads, this process has {now['threads']}" in said
+    assert said.endswith(f"give --threads={now['threads'] + 1}")
+    said = study_run.what_differs({**now, "cpu": "Another CPU", "cpu_flags": ["avx2"]})
+    assert "cpu 'Another CPU' then" in said and "cpu_flags ['avx2'] then" in said and "--threads" not in said
+    assert "the same torch" in study_run.what_differs(now)
+
+
 def test_the_time_box_never_starts_a_run_estimated_past_it(monkeypatch):
     box = study_cost.TimeBox(deadline=100.0, estimates=[10.0, 50.0, 0.0])
     monkeypatch.setattr(study_cost.time, "time", lambda: 60.0)

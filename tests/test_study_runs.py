@@ -268,7 +268,12 @@ def test_another_study_in_the_folder_is_refused_without_overwrite(reference, tmp
     before = kept(study_dir)
     result = cli(ablate.main, flags(study_dir, reference / "data", variants="none", seeds=1), capsys)
     assert_one_line_error(*result, "study.json is another study", "seeds", "variants", "cells there: learned, none",
-                          "now: none", "--overwrite=True")
+                          "now: none", "--overwrite=True to replace its results (its finished runs are reused)")
+    assert kept(study_dir) == before
+    # Another max_iters: every finished run of the new plan has other settings, and the message says so.
+    result = cli(ablate.main, flags(study_dir, reference / "data", max_iters=5, lr_decay_iters=5), capsys)
+    assert_one_line_error(*result, "max_iters", "4 of its finished runs have other settings and would be trained "
+                          "again in their folders, replacing them")
     assert kept(study_dir) == before
     (study_dir / "old_plot.png").write_bytes(b"\x89PNG old")  # a plot only the old study had
     code, out, err = cli(ablate.main, flags(study_dir, reference / "data", variants="none", seeds=1, overwrite=True),
