@@ -38,6 +38,7 @@ from training.checkpoint import (
     best_subset,
     check_init_from,
     check_resumable,
+    check_same_optimizer,
     checkpoint_dict,
     checkpoint_model,
     continued_differences,
@@ -51,6 +52,7 @@ from training.checkpoint import (
 from training.devices import DTYPES, autocast_context, choose_device, choose_dtype, dtype_name
 from training.memory import parameter_counts, saved_activation_bytes, training_state_bytes
 from training.nanogpt import continue_training, init_checkpoint
+from training.optimizers import build_optimizer, check_optimizer_here, check_optimizer_settings, set_learning_rates
 from training.parallel import (
     PARALLELS,
     check_sharding,
@@ -86,12 +88,15 @@ class TrainConfig:
     wandb_mode: str = "online"  # wandb mode: online | offline | disabled (offline and disabled need no login)
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step, over all processes together
     batch_size: int = 12  # sequences per micro-batch (per process)
-    learning_rate: float = 6e-4  # peak learning rate
+    learning_rate: float = 6e-4  # peak learning rate (AdamW's)
     max_iters: int = 5000  # optimizer steps in all
     max_seconds: float = 0.0  # also stop after this much training time (evaluation excluded); 0: no limit
-    weight_decay: float = 0.1  # AdamW weight decay, on matrices only
+    weight_decay: float = 0.1  # matrices only, AdamW's and Muon's: a step multiplies them by 1 - their rate x this
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.95  # AdamW beta2
+    optimizer: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for the rest: optimizers.py)
+    muon_learning_rate: float = 0.02  # optimizer=muon: Muon's peak rate (Keller Jordan's); scheduled as learning_rate
+    muon_momentum: float = 0.95  # optimizer=muon: Muon's Nesterov momentum
     grad_clip: float = 1.0  # clip the gradient norm to this; 0: no clipping
     decay_lr: bool = True  # linear warmup then lr_schedule's decay; False: constant learning_rate
     lr_schedule: str = "cosine"  # cosine (to min_lr at lr_decay_iters) | wsd (warmup, stable, decay): schedule.py
@@ -137,6 +142,7 @@ class TrainConfig:
             raise ValueError(f"extend_positions={self.extend_positions!r} must be one of {', '.join(METHODS)} (or "
                              "empty: a block_size larger than init_from's is refused)")
         check_schedule(self)
+        check_optimizer_settings(self)
 
 
 def check_train_numbers(config: TrainConfig) -> None:
@@ -234,8 +240,10 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
         raise UserError(f"--extend_positions={config.extend_positions} grows a trained model: give it with "
                         "--init_from=<run folder, ckpt.pt or GPT-2> (a resumed run keeps the extension it has)")
     if config.init_from == "resume":
-        return load_for_resume(Path(config.out_dir) / CHECKPOINT, model_config, data_description, config.dataset,
-                               explicit)
+        model, state = load_for_resume(Path(config.out_dir) / CHECKPOINT, model_config, data_description,
+                                       config.dataset, explicit)
+        check_same_optimizer(state, config.optimizer, Path(config.out_dir) / CHECKPOINT)
+        return model, state
     if config.init_from == "scratch":
         model_config = replace(model_config, vocab_size=model_vocab_size(data_description))
         shards = int(os.environ.get("WORLD_SIZE", "1")) if config.parallel == "fsdp" else 1
@@ -340,6 +348,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
                         f"the number of processes ({world_size})")
     dtype = choose_dtype(config.dtype, device)
     check_sharding(config.parallel, world_size, dtype)
+    check_optimizer_here(config.optimizer, config.parallel == "fsdp" and world_size > 1)
     if config.parallel == "fsdp" and world_size == 1 and rank == 0:
         print("note: --parallel=fsdp shards the model over the processes that torchrun starts; this is one "
               "process, which holds the whole model", file=sys.stderr)
@@ -360,8 +369,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     else:
         model.to(device)
     # After sharding: the optimizer must hold the shards.
-    optimizer = model.configure_optimizers(config.weight_decay, config.learning_rate, (config.beta1, config.beta2),
-                                           device.type)
+    optimizer = build_optimizer(model, config, device.type)
     compiled = torch.compile(model) if config.compile else model
     wrapped = wrap_for_training(compiled, config.parallel, world_size, device)
     run = Run(config, model.config, data_description, splits, device, dtype, rank, world_size, model, compiled,
@@ -522,8 +530,7 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm, stop: StopRequest | None 
 def train_step(run: Run, lr: float) -> torch.Tensor:
     """One optimizer step over this process's share of the micro-batches; returns their mean loss (on device)."""
     config = run.config
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
+    set_learning_rates(run.optimizer, lr, config)
     batches = run.batches.step_batches()
     local_steps = len(batches)
     total = torch.zeros((), device=run.device)
@@ -670,7 +677,7 @@ def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -
 
 def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterable[str]) -> list[str]:
     """The given settings that would do nothing in this run, each said with why: another position encoding's (its
-    settings are named <encoding>_...), or the wsd schedule's under another schedule."""
+    settings are named <encoding>_...), the wsd schedule's under another schedule, or Muon's under AdamW."""
     unused = []
     for name in given:
         owner = next((encoding for encoding in POS_ENCODINGS if name.startswith(f"{encoding}_")), None)
@@ -679,6 +686,8 @@ def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterabl
         if name.startswith("wsd_") and not (config.decay_lr and config.lr_schedule == "wsd"):
             unused.append(f"{name} is a setting of lr_schedule=wsd, and this run's schedule is "
                           f"{config.lr_schedule if config.decay_lr else 'constant (decay_lr=False)'}")
+        if name.startswith("muon_") and config.optimizer != "muon":
+            unused.append(f"{name} is a setting of optimizer=muon, and this run's optimizer is {config.optimizer}")
     return unused
 
 
@@ -687,8 +696,8 @@ def main(argv: list[str]) -> None:
         argv, (TrainConfig, GPTConfig), prog="train.py", description=__doc__, skip=("vocab_size",))
     unused = unused_settings(train_config, model_config, chosen) if train_config.init_from != "resume" else []
     if unused:  # a resumed run's encoding is its checkpoint's: the resume checks compare those settings
-        raise OptionError(f"{'; '.join(unused)}: it would do nothing; drop it, or set the encoding or schedule it "
-                          "belongs to")
+        raise OptionError(f"{'; '.join(unused)}: it would do nothing; drop it, or set the encoding, schedule or "
+                          "optimizer it belongs to")
     result = train(train_config, model_config, frozenset(chosen))
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM

@@ -14,6 +14,7 @@ from unittest import mock
 import torch
 
 from benchmarks.common import BenchConfig, bench_clock, figure, synchronize
+from errors import OptionError
 from gpt.model import GPT, GPTConfig, has_fused_adamw
 from text.dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import read_description
@@ -147,6 +148,9 @@ def configured_variant(variants: list[Variant], config: TrainConfig, device: tor
 
 def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> tuple[str, list[dict]]:
     """(what was measured, in one line; the figures) of the training benchmark, in one process."""
+    if config.optimizer != "adamw":  # its loops are AdamW's, nanoGPT's among them: another would not be timed
+        raise OptionError(f"optimizer={config.optimizer!r}: the training benchmark times AdamW loops (ours against "
+                          "nanoGPT's); drop --optimizer, or time a run with train.py")
     device = choose_device(config.device)
     description = read_description(resolve_data_dir(config.dataset))
     model_config = replace(model_config, vocab_size=model_vocab_size(description))

@@ -382,12 +382,15 @@ class GPT(nn.Module):
         self.input_layer.crop(block_size)
 
     def configure_optimizers(self, weight_decay: float, learning_rate: float, betas: tuple[float, float],
-                             device_type: str, fused: bool | None = None) -> torch.optim.AdamW:
+                             device_type: str, fused: bool | None = None,
+                             params: list[nn.Parameter] | None = None) -> torch.optim.AdamW:
         """AdamW with weight decay on matrices (embeddings included) and none on biases and LayerNorm gains.
 
         fused: one fused kernel per step; None uses it where this torch has it for device_type, False is foreach.
+        params: the parameters it trains; None: all of them (--optimizer=muon gives it those Muon does not train:
+        training/optimizers.py).
         """
-        params = [p for p in self.parameters() if p.requires_grad]
+        params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         # One fused kernel per step where torch has it for the device (CUDA; CPU and MPS since torch 2.4): on the

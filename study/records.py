@@ -44,8 +44,11 @@ def settings(run: StudyRun) -> dict:
 
 
 def config_settings(train_config: TrainConfig, model_config: GPTConfig) -> dict:
-    """settings() of the configs alone (a study's base configs are no run)."""
-    return {"train_config": {k: v for k, v in asdict(train_config).items() if k not in NEUTRAL},
+    """settings() of the configs alone (a study's base configs are no run). Under AdamW the optimizer and Muon's
+    settings are left out: they change no number there, and every record made before --optimizer existed lacks
+    them (so that those records, and the studies they make, stay what they were)."""
+    adamw = {"optimizer", "muon_learning_rate", "muon_momentum"} if train_config.optimizer == "adamw" else set()
+    return {"train_config": {k: v for k, v in asdict(train_config).items() if k not in {*NEUTRAL, *adamw}},
             "model_config": asdict(model_config), "data": data_identity(train_config.dataset)}
 
 

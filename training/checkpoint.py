@@ -1,8 +1,9 @@
 """One checkpoint format: a dict of tensors and plain values, written atomically, loaded without pickled code.
 
 A checkpoint holds `model_args` (GPTConfig fields), `model` (state dict), `tokenizer` (the data's description,
-so sampling needs no extra flag) and, for resuming (ckpt.pt; best.pt holds BEST_KEYS only), `optimizer`,
-`config`, `iter_num`, `best_val_loss` and `rng`. Weights and optimizer state are full state dicts as one process
+so sampling needs no extra flag) and, for resuming (ckpt.pt; best.pt holds BEST_KEYS only), `optimizer` (one torch
+state dict: AdamW's, or Muon's groups then AdamW's, as `config`'s optimizer records), `config`, `iter_num`,
+`best_val_loss` and `rng`. Weights and optimizer state are full state dicts as one process
 has them, whatever wrote them (one process, DDP or FSDP), so any of them resumes any other's. A file that is not
 such a checkpoint (damaged, truncated, holding code, or settings that do not fit its weights) is a UserError
 naming the file, found before the model is allocated. This module is the one that knows what the keys hold:
@@ -206,6 +207,16 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
     refuse_other_shape(shape_differences(model_config, config_from_args(state["model_args"], path), explicit),
                        "a resumed model", "drop it to resume, or start a new run in another --out_dir")
     return model_from_checkpoint(state, path, dropout=model_config.dropout), state
+
+
+def check_same_optimizer(state: dict, optimizer: str, path: str | os.PathLike) -> None:
+    """Refuse to resume a run under another optimizer than the one its checkpoint's state belongs to (its config
+    records it; a checkpoint from before --optimizer trained with AdamW): the state of one cannot go on in the other."""
+    trained_with = state["config"].get("optimizer", "adamw")
+    if trained_with != optimizer:
+        raise UserError(f"{path} was trained with optimizer={trained_with!r}, but this run's is {optimizer!r}; "
+                        f"resume with --optimizer={trained_with}, or start a new run from its weights: "
+                        f"--init_from={path} --optimizer={optimizer} --out_dir=NEW_DIR")
 
 
 SHAPE_SETTINGS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "dropout")
