@@ -172,3 +172,13 @@ def test_the_study_benchmark_sums_its_jobs_rates(monkeypatch):
     variant = study_speed.StudyVariant("eager, 3 jobs", False, 1, 3)
     rate, wall = study_speed.run_variant(variant, TrainConfig(), GPTConfig())
     assert rate == 3 * (1 / 0.5) and wall >= 0  # the first step (compilation, warm-up) left out
+
+
+def test_the_training_benchmark_refuses_an_optimizer_it_does_not_time():
+    """Its loops are AdamW's (nanoGPT's among them): --optimizer=muon timed AdamW without a word."""
+    from benchmarks.common import BenchConfig
+    from benchmarks.train_speed import bench_train
+    from errors import OptionError
+
+    with pytest.raises(OptionError, match=r"optimizer='muon': the training benchmark times AdamW loops"):
+        bench_train(BenchConfig(), TrainConfig(optimizer="muon"), GPTConfig())
