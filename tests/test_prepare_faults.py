@@ -92,8 +92,8 @@ def test_corpus_settings_that_size_processes_or_memory(tmp_path, capsys):
 def test_a_json_line_without_text_says_what_it_holds(tmp_path, capsys, line, fragments):
     (tmp_path / "d.jsonl").write_text(line + "\n")
     result = cli(corpus_main(), [f"--input={tmp_path / 'd.jsonl'}", f"--out_dir={tmp_path / 'out'}",
-                                 "--workers=1", "--progress=False"], capsys)
-    assert_one_line_error(*result, *fragments)
+                                 "--workers=1", "--progress=False", "--tokenizer=char"], capsys)
+    assert_one_line_error(*result, *fragments)  # characters: the line is read as it is, offline too
 
 
 # ---- the test split --------------------------------------------------------------------------------------------
