@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from errors import OptionError, UserError, main_guard
 from gpt.extend import METHODS, extend_for_training
 from gpt.model import GPT, GPTConfig
-from gpt.positions import POS_ENCODINGS
+from gpt.positions import ENCODINGS
 from options import parse_options_and_choices
 from text.dataset import check_recorded_tokens, get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import bits_per_unit, from_description, read_description, token_byte_counts
@@ -676,13 +676,14 @@ def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -
 
 
 def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterable[str]) -> list[str]:
-    """The given settings that would do nothing in this run, each said with why: another position encoding's (its
-    settings are named <encoding>_...), the wsd schedule's under another schedule, or Muon's under AdamW."""
+    """The given settings that would do nothing in this run, each said with why: another position encoding's (the
+    settings each encoding reads: positions.py), the wsd schedule's under another schedule, or Muon's under AdamW."""
     unused = []
     for name in given:
-        owner = next((encoding for encoding in POS_ENCODINGS if name.startswith(f"{encoding}_")), None)
-        if owner and owner != model_config.pos_encoding:
-            unused.append(f"{name} is a setting of pos_encoding={owner}, and this run's is {model_config.pos_encoding}")
+        owners = [encoding for encoding, kind in ENCODINGS.items() if name in kind.settings]
+        if owners and model_config.pos_encoding not in owners:
+            unused.append(f"{name} is a setting of pos_encoding={'|'.join(owners)}, and this run's is "
+                          f"{model_config.pos_encoding}")
         if name.startswith("wsd_") and not (config.decay_lr and config.lr_schedule == "wsd"):
             unused.append(f"{name} is a setting of lr_schedule=wsd, and this run's schedule is "
                           f"{config.lr_schedule if config.decay_lr else 'constant (decay_lr=False)'}")

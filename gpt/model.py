@@ -19,7 +19,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from gpt.kernels import attend, gelu_tanh, read_buffer
-from gpt.positions import encoding_of, rotate
+from gpt.positions import Turns, cope_attention, encoding_of, random_positions, rotate
 
 
 @dataclass
@@ -31,7 +31,9 @@ class GPTConfig:
     n_embd: int = 768  # residual stream width
     dropout: float = 0.0  # dropout on the input sum, attention weights and residual branches
     bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2: True)
-    pos_encoding: str = "learned"  # position signal: learned | sinusoidal | rope | alibi | none | t5 (see README)
+    # position signal: learned | sinusoidal | rope | alibi | none | t5 | partial_rope | p_rope | xpos | kerple | fire
+    # | cope (docs/input_layer.md)
+    pos_encoding: str = "learned"
     learned_init_std: float = 0.01  # init std of the learned position table (GPT-2: 0.01; nanoGPT: 0.02)
     # Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
     # embeddings have std 0.02 and no scaling, so 0.02 keeps the ratio of position to token signal. Unscaled,
@@ -40,6 +42,16 @@ class GPTConfig:
     rope_base: float = 10000.0  # rotary angle base: features i, i+head_dim/2 turn by pos * base^(-2i/head_dim)
     t5_num_buckets: int = 32  # t5: distance buckets, half exact distances, half log-spaced (T5's default)
     t5_max_distance: int = 128  # t5: distances from here on share the last bucket (T5's default)
+    # The encodings of the length-generalisation papers (docs/input_layer.md); each default is the paper's or its
+    # code's. Checkpoints and study records made before them lack them: they load, and match, at these defaults.
+    partial_rope_fraction: float = 0.25  # partial_rope: share of each head's dimensions turned (GPT-NeoX's rotary_pct)
+    p_rope_fraction: float = 0.75  # p_rope: share of rope's frequencies kept, the highest (Barbero et al. 2024)
+    xpos_gamma: float = 0.4  # xpos: zeta_i = (2i/head_dim + gamma) / (1 + gamma) (Sun et al. 2022)
+    xpos_scale_base: float = 512.0  # xpos: a score decays as zeta^(distance / xpos_scale_base)
+    kerple_kernel: str = "log"  # kerple: log, -r1 log(1 + r2 d) | power, -r1 d^r2 (Chi et al. 2022)
+    fire_width: int = 32  # fire: hidden units of the MLP that maps a normalised distance to each head's bias
+    cope_positions: int = 0  # cope: rows of each layer's position table, counts clamped below; 0: block_size + 1
+    random_positions: int = 0  # training draws block_size sorted positions from 0..N-1 (Ruoss et al. 2023); 0: off
     gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
     # Longer context than trained (docs/context_extension.md): train.py --extend_positions sets these three, or set
     # them by hand to scale rope at inference. Checkpoints written before them load with the defaults: no scaling.
@@ -124,22 +136,24 @@ class InputLayer(nn.Module):
         return self.drop(h)
 
     def attention_inputs(self, positions: torch.Tensor, key_length: int,
-                         cached: bool) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
-        """(mask, rope) of queries at positions (T,) over keys at 0 .. key_length-1, shared by every layer.
+                         cached: bool) -> tuple[torch.Tensor | None, Turns | None, torch.Tensor | None]:
+        """(mask, rope, cope) of queries at positions (T,) over keys at 0 .. key_length-1, shared by every layer.
 
         Without a cache the keys are the queries' own tokens and SDPA's is_causal is right: mask None. With a
         cache, the queries attend to the whole preallocated cache (fixed shapes for the compiled decode step),
         and a bool mask hides every key after the query: those not written yet, or left from an earlier window.
-        An encoding with a score bias gets a float mask instead (n_head, T, key_length), -inf after the query.
-        rope: the encoding's (cos, sin), or None.
+        An encoding with a score bias gets a float mask instead (n_head, T, key_length), -inf after the query, or
+        (n_layer, n_head, T, key_length) where each layer has its own bias.
+        rope: the encoding's turns of the queries and the keys, or None. cope: CoPE's tables, or None.
         """
-        key_pos = torch.arange(key_length, device=positions.device)
+        # Uncached, the keys are the queries' own tokens (random_positions draws them in training)
+        key_pos = torch.arange(key_length, device=positions.device) if cached else positions
         bias = self.encoding.score_bias(self, positions, key_pos)
         if bias is not None:
             mask = bias.masked_fill(key_pos[None, :] > positions[:, None], float("-inf"))
         else:
             mask = key_pos[None, :] <= positions[:, None] if cached else None
-        return mask, self.encoding.rotary(self, positions)
+        return mask, self.encoding.rotary(self, positions), self.encoding.contextual(self)
 
     def crop(self, block_size: int) -> None:
         self.encoding.crop(self, block_size)
@@ -225,18 +239,24 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
-                mask: torch.Tensor | None = None,
-                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """x (B, T, C) at positions (T,); mask and rope from InputLayer.attention_inputs (None: causal; None: no
-        rotation). With a cache, attends to the whole cache after writing k and v at positions."""
+                mask: torch.Tensor | None = None, rope: Turns | None = None,
+                cope: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, C) at positions (T,); mask, rope and cope from InputLayer.attention_inputs (None: causal; None:
+        no rotation; None: no CoPE). With a cache, attends to the whole cache after writing k and v at positions."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if rope is not None:
-            q, k = rotate(q, *rope), rotate(k, *rope)  # before caching: the cache holds rotated keys
+        if rope is not None:  # before caching: the cache holds turned keys
+            (q_cos, q_sin), (k_cos, k_sin) = rope
+            q, k = rotate(q, q_cos, q_sin), rotate(k, k_cos, k_sin)
         if cache is not None:
             k, v = cache.update(self.layer, positions, k, v)
-        y = attend(q, k, v, mask, self.dropout, self.training, cached=cache is not None)
+        if mask is not None and mask.dim() == 4:  # a bias of each layer's own (FIRE)
+            mask = mask[self.layer]
+        if cope is not None:
+            y = cope_attention(q, k, v, mask, cope[self.layer], self.dropout if self.training else 0.0)
+        else:
+            y = attend(q, k, v, mask, self.dropout, self.training, cached=cache is not None)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -262,9 +282,9 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
-                mask: torch.Tensor | None = None,
-                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), positions, cache, mask, rope)
+                mask: torch.Tensor | None = None, rope: Turns | None = None,
+                cope: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), positions, cache, mask, rope, cope)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -339,7 +359,10 @@ class GPT(nn.Module):
         if cache is not None:
             cache.check_room(idx.size(0), idx.size(1))
         self.check_positions(idx.size(1), past_length)
-        positions = torch.arange(past_length, past_length + idx.size(1), device=idx.device)
+        if self.training and cache is None and self.config.random_positions:
+            positions = random_positions(idx.size(1), self.config.random_positions, idx.device)
+        else:
+            positions = torch.arange(past_length, past_length + idx.size(1), device=idx.device)
         logits = self.blocks_and_head(self.input_layer(idx, positions), positions, cache)
         if cache is not None:
             cache.length += idx.size(1)
@@ -353,13 +376,13 @@ class GPT(nn.Module):
         """Logits (B, T, vocab_size) of the embedded x (B, T, n_embd) at positions (T,); with a cache, writes
         its keys and values at those positions (the caller counts cache.length)."""
         key_length = x.size(1) if cache is None else cache.max_length
-        mask, rope = self.input_layer.attention_inputs(positions, key_length, cached=cache is not None)
+        mask, rope, cope = self.input_layer.attention_inputs(positions, key_length, cached=cache is not None)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for block in self.blocks:
             if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
-                x = checkpoint(block, x, positions, None, mask, rope, use_reentrant=False)
+                x = checkpoint(block, x, positions, None, mask, rope, cope, use_reentrant=False)
             else:
-                x = block(x, positions, cache, mask, rope)
+                x = block(x, positions, cache, mask, rope, cope)
         return self.lm_head(self.ln_f(x))
 
     def decode_step(self, token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:

@@ -16,9 +16,16 @@ import math
 import torch
 from torch import nn
 
+Turns = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
 # YaRN's ramp (Peng et al. 2023): dimensions turning more than BETA_FAST times over the trained length keep their
 # frequency, fewer than BETA_SLOW times are interpolated; the paper's alpha=1, beta=32, transformers' defaults.
 YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
+# KERPLE's parameters are drawn from U(0, top) and held at least KERPLE_EPS, as the paper's code does (chijames/KERPLE,
+# megatron/mpu/layers.py): the log kernel's r1 ~ U(0, 2), r2 ~ U(0, 1); the power kernel's r1 ~ U(0, 1), r2 ~ U(0, 2).
+KERPLE_TOPS = {"log": (2.0, 1.0), "power": (1.0, 2.0)}
+KERPLE_EPS = 1e-2
+FIRE_C_INIT = 0.1  # FIRE's c in psi(x) = log(c x + 1) at initialisation (the paper's listing)
 
 
 class PositionEncoding:
@@ -31,6 +38,8 @@ class PositionEncoding:
     # How train.py --extend_positions may grow this encoding's block_size (extend.py): keep = positions as they are.
     # Every other method is also the position_scaling value that the extended config records.
     extensions: tuple[str, ...] = ("keep",)
+    settings: tuple[str, ...] = ()  # the GPTConfig fields this encoding reads (any other encoding's do nothing here)
+    randomizable = False  # whether random_positions (Ruoss et al. 2023) applies: positions enter as absolute ones
 
     def __init__(self, config):
         self.config = config  # a model.GPTConfig, shared with the model (crop_block_size changes it)
@@ -38,6 +47,18 @@ class PositionEncoding:
     @classmethod
     def check_config(cls, config) -> None:
         """Raise ValueError for settings this encoding cannot work with."""
+
+    @classmethod
+    def check_random_positions(cls, config) -> None:
+        """random_positions is 0 (off) or a range of at least block_size, for an encoding it applies to."""
+        if config.random_positions and not cls.randomizable:
+            raise ValueError(f"random_positions={config.random_positions} does not apply to pos_encoding="
+                             f"{config.pos_encoding!r} (it takes learned, sinusoidal and the rotary encodings); "
+                             "give random_positions=0")
+        if config.random_positions and config.random_positions < config.block_size:
+            raise ValueError(f"random_positions={config.random_positions} must be at least block_size="
+                             f"{config.block_size}: training draws block_size distinct positions from "
+                             f"0..random_positions-1; give 0 (off) or a range >= {config.block_size}")
 
     def max_length(self) -> int | None:
         """Positions 0 .. max_length-1 can be placed; None: any position."""
@@ -67,20 +88,30 @@ class PositionEncoding:
         """(T, n_embd) added to the token embeddings at positions (T,), or None: nothing."""
         return None
 
-    def rotary(self, held: nn.Module, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(cos, sin) that turn queries and keys at positions (T,) (see rotate), or None: they stay as they are."""
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns | None:
+        """((cos, sin) of the queries, (cos, sin) of the keys) at positions (T,), each (T, head_dim), that turn them
+        (see rotate); or None: they stay as they are."""
+        return None
+
+    def contextual(self, held: nn.Module) -> torch.Tensor | None:
+        """CoPE's position embeddings (n_layer, head_dim, positions), which attention reads with the scores
+        (cope_scores); None: attention is SDPA's."""
         return None
 
     def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor | None:
         """(n_head, T, K) float added to the scaled scores q.k/sqrt(head_dim) of queries at query_pos (T,) over keys
-        at key_pos (K,), or None. Only causal pairs (key <= query) are ever read: the model masks the rest."""
+        at key_pos (K,), or (n_layer, n_head, T, K) where each layer has its own; or None. Only causal pairs (key <=
+        query) are ever read: the model masks the rest."""
         return None
 
 
 class Learned(PositionEncoding):
-    """GPT-2's table: row p of wpe (block_size, n_embd) is added to the token at position p."""
+    """GPT-2's table: row p of wpe (block_size, n_embd) is added to the token at position p. Trained with
+    random_positions=N, the table has N rows, and places positions 0..N-1."""
 
     extensions = ("interpolate", "copy")  # the table needs rows for the new positions: grown_table makes them
+    settings = ("learned_init_std",)
+    randomizable = True
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -90,22 +121,23 @@ class Learned(PositionEncoding):
                              "not grown; grow the table with train.py --extend_positions=interpolate|copy")
 
     def max_length(self) -> int:
-        return self.config.block_size
+        return max(self.config.block_size, self.config.random_positions)
 
     def check_length(self, seq_len: int, past_length: int) -> None:
-        if past_length + seq_len > self.config.block_size:
+        rows, what = self.max_length(), ("random_positions" if self.config.random_positions else "block_size")
+        if past_length + seq_len > rows:
             raise ValueError(
                 f"position {past_length + seq_len - 1} is out of range: T={seq_len} new tokens after "
                 f"past_length={past_length} cached ones need positions up to {past_length + seq_len - 1}, but the "
-                f"learned position table has block_size={self.config.block_size} rows (0..{self.config.block_size - 1})"
-                ". Crop the context to block_size tokens; the other pos_encodings have no such cap.")
+                f"learned position table has {what}={rows} rows (0..{rows - 1}). Crop the context to {rows} tokens; "
+                "the other pos_encodings have no such cap.")
 
     def new_parameters(self) -> dict[str, nn.Parameter]:
         # A plain Parameter (not nn.Embedding) so that building it draws no random numbers.
-        return {"wpe": nn.Parameter(torch.empty(self.config.block_size, self.config.n_embd))}
+        return {"wpe": nn.Parameter(torch.empty(self.max_length(), self.config.n_embd))}
 
     def crop(self, held: nn.Module, block_size: int) -> None:
-        held.wpe = nn.Parameter(held.wpe[:block_size].detach().clone())
+        held.wpe = nn.Parameter(held.wpe[:max(block_size, self.config.random_positions)].detach().clone())
 
     def grow(self, held: nn.Module, block_size: int, method: str) -> None:
         held.wpe = nn.Parameter(grown_table(held.wpe.detach(), block_size, method))
@@ -122,6 +154,8 @@ class Sinusoidal(PositionEncoding):
     position_scaling=interpolate reads position p as p / position_scale (position interpolation)."""
 
     extensions = ("keep", "interpolate")
+    settings = ("sinusoidal_amplitude",)
+    randomizable = True
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -145,6 +179,8 @@ class Rope(PositionEncoding):
     frequencies scaled by position_scaling (rope_frequencies) where the context was extended."""
 
     extensions = ("keep", "interpolate", "ntk", "yarn")
+    settings = ("rope_base",)
+    randomizable = True
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -160,10 +196,114 @@ class Rope(PositionEncoding):
             return {}  # unscaled angles are computed as they always were (rope_angles): old runs resume bit for bit
         return {"rope_inv_freq": rope_frequencies(self.config).float()}
 
-    def rotary(self, held: nn.Module, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
         if self.config.position_scaling == "none":
-            return rope_angles(positions, self.config.n_embd // self.config.n_head, self.config.rope_base)
-        return rotary_cos_sin(positions, held.rope_inv_freq, yarn_attention_factor(self.config))
+            turn = rope_angles(positions, self.config.n_embd // self.config.n_head, self.config.rope_base)
+        else:
+            turn = rotary_cos_sin(positions, held.rope_inv_freq, yarn_attention_factor(self.config))
+        return turn, turn  # queries and keys turn alike
+
+
+class PartialRope(Rope):
+    """Partial rotary (GPT-NeoX's rotary_pct): r = head_dim * partial_rope_fraction of each head's dimensions turned
+    as rope over r dimensions (frequencies base^(-2i/r)); the others carry no position. NeoX turns features
+    0..r-1 in pairs (i, i + r/2); here the turned pairs are (i, i + head_dim/2) for i < r/2: the same model up to
+    a fixed order of each head's features, which the learned projections absorb."""
+
+    extensions = ("keep",)
+    settings = ("rope_base", "partial_rope_fraction")
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        head_dim = config.n_embd // config.n_head
+        turned = head_dim * config.partial_rope_fraction
+        if not (0 < config.partial_rope_fraction <= 1 and turned == int(turned) and int(turned) % 2 == 0):
+            raise ValueError(f"partial_rope_fraction={config.partial_rope_fraction} must turn an even number of each "
+                             f"head's {head_dim} dimensions, at least 2 (0.25 turns {head_dim / 4:g})")
+
+    def new_buffers(self) -> dict[str, torch.Tensor]:
+        head_dim = self.config.n_embd // self.config.n_head
+        turned = round(head_dim * self.config.partial_rope_fraction)
+        inv_freq = torch.zeros(head_dim // 2, dtype=torch.float64)
+        inv_freq[:turned // 2] = self.config.rope_base ** (-torch.arange(0, turned, 2, dtype=torch.float64) / turned)
+        return {"rope_inv_freq": inv_freq.float()}
+
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
+        turn = rotary_cos_sin(positions, held.rope_inv_freq)
+        return turn, turn
+
+
+class PRope(Rope):
+    """p-RoPE (Barbero et al. 2024, section 6): rope's p_rope_fraction highest frequencies, base^(-2i/head_dim) for
+    i < p_rope_fraction * head_dim/2, kept; the lowest ones set to 0, so that their pairs carry no position."""
+
+    extensions = ("keep",)
+    settings = ("rope_base", "p_rope_fraction")
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        pairs = config.n_embd // config.n_head // 2
+        if not (0 < config.p_rope_fraction <= 1 and pairs * config.p_rope_fraction >= 1):
+            raise ValueError(f"p_rope_fraction={config.p_rope_fraction} must keep at least one of each head's {pairs} "
+                             "frequencies and at most all: a fraction in (0, 1]")
+
+    def new_buffers(self) -> dict[str, torch.Tensor]:
+        head_dim = self.config.n_embd // self.config.n_head
+        inv_freq = self.config.rope_base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        inv_freq[p_rope_kept(self.config):] = 0.0
+        return {"rope_inv_freq": inv_freq.float()}
+
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
+        turn = rotary_cos_sin(positions, held.rope_inv_freq)
+        return turn, turn
+
+
+def p_rope_kept(config) -> int:
+    """How many of each head's head_dim/2 frequencies p-RoPE keeps: the fraction's share, rounded down."""
+    return math.floor(config.n_embd // config.n_head // 2 * config.p_rope_fraction)
+
+
+class XPos(Rope):
+    """xPos (Sun et al. 2022, section 3.2): rope with queries also scaled by zeta^(n / xpos_scale_base) and keys by
+    zeta^(-m / xpos_scale_base) at positions n and m, so that a score decays as zeta^((n - m) / scale_base) with the
+    distance; zeta_i = (2i/head_dim + gamma) / (1 + gamma) per turned pair i. The positions are absolute ones, the
+    same for a token whether it was cached or not (torchscale centres them on each sequence's middle, which a
+    cache cannot do); so the keys' scale grows with the position, and max_length is where it passes 2^32."""
+
+    extensions = ("keep",)
+    settings = ("rope_base", "xpos_gamma", "xpos_scale_base")
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        for name in ("xpos_gamma", "xpos_scale_base"):
+            if not 0 < getattr(config, name) < math.inf:
+                raise ValueError(f"{name}={getattr(config, name)} must be a finite number > 0")
+
+    def new_buffers(self) -> dict[str, torch.Tensor]:
+        head_dim, gamma = self.config.n_embd // self.config.n_head, self.config.xpos_gamma
+        pairs = torch.arange(0, head_dim, 2, dtype=torch.float64)
+        zeta = (pairs / head_dim + gamma) / (1 + gamma)
+        return {"rope_inv_freq": (self.config.rope_base ** (-pairs / head_dim)).float(),
+                "xpos_log_zeta": zeta.log().float()}
+
+    def max_length(self) -> int:
+        gamma = self.config.xpos_gamma  # the smallest zeta, gamma / (1 + gamma), grows fastest in 1/zeta^n
+        return math.floor(32 * math.log(2) * self.config.xpos_scale_base / math.log((1 + gamma) / gamma))
+
+    def check_length(self, seq_len: int, past_length: int) -> None:
+        if past_length + seq_len > self.max_length():
+            raise ValueError(f"position {past_length + seq_len - 1} is past xPos's max_length={self.max_length()}: "
+                             f"there its keys' scale passes 2^32 (xpos_scale_base={self.config.xpos_scale_base:g}, "
+                             f"xpos_gamma={self.config.xpos_gamma:g}); crop the context or raise xpos_scale_base")
+
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
+        cos, sin = rotary_cos_sin(positions, held.rope_inv_freq)
+        scale = (positions.float()[:, None] / self.config.xpos_scale_base * held.xpos_log_zeta[None, :]).exp()
+        scale = torch.cat((scale, scale), dim=-1)
+        return (cos * scale, sin * scale), (cos / scale, sin / scale)
 
 
 class Alibi(PositionEncoding):
@@ -183,6 +323,8 @@ class T5Bias(PositionEncoding):
     is shared by all layers, as in T5, and drawn from N(0, n_embd^-1/2), as transformers' T5 does (factor 1).
     """
 
+    settings = ("t5_num_buckets", "t5_max_distance")
+
     @classmethod
     def check_config(cls, config) -> None:
         if not 2 <= config.t5_num_buckets < 2 * config.t5_max_distance:
@@ -201,6 +343,142 @@ class T5Bias(PositionEncoding):
         return held.relative_bias[buckets].permute(2, 0, 1)  # (T, K, n_head) -> (n_head, T, K)
 
 
+class Kerple(PositionEncoding):
+    """KERPLE (Chi et al. 2022, section 4): a learned conditionally positive definite kernel of the distance d = n - m
+    per head, added to the scaled scores: kerple_kernel=log, -r1 log(1 + r2 d); power, -r1 d^r2 (0 < r2 <= 2).
+    One set for all layers, as the paper's code builds one and gives it to every layer; r1 and r2 are held at
+    least KERPLE_EPS (and r2 at most 2), as that code clamps them in each forward."""
+
+    settings = ("kerple_kernel",)
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if config.kerple_kernel not in ("log", "power"):
+            raise ValueError(f"kerple_kernel={config.kerple_kernel!r} must be log or power")
+
+    def new_parameters(self) -> dict[str, nn.Parameter]:
+        n_head = self.config.n_head
+        return {"kerple_r1": nn.Parameter(torch.empty(n_head)), "kerple_r2": nn.Parameter(torch.empty(n_head))}
+
+    def reset_parameters(self, held: nn.Module) -> None:
+        top_r1, top_r2 = KERPLE_TOPS[self.config.kerple_kernel]
+        nn.init.uniform_(held.kerple_r1, 0.0, top_r1)
+        nn.init.uniform_(held.kerple_r2, 0.0, top_r2)
+
+    def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        r1, r2 = kerple_parameters(held, self.config.kerple_kernel)
+        distance = (query_pos[:, None] - key_pos[None, :]).clamp(min=0).float()
+        if self.config.kerple_kernel == "log":
+            return -r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)
+        return -r1[:, None, None] * distance ** r2[:, None, None]
+
+
+def kerple_parameters(held: nn.Module, kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """KERPLE's r1 and r2 (n_head,) as the bias reads them: at least KERPLE_EPS, r2 at most 2 for the power
+    kernel. While training, the parameters themselves are clamped in place, as the paper's code does, so that a
+    parameter pushed below its floor stays there and keeps its gradient."""
+    high = 2.0 if kernel == "power" else None
+    if held.training and torch.is_grad_enabled():
+        with torch.no_grad():
+            held.kerple_r1.clamp_(min=KERPLE_EPS)
+            held.kerple_r2.clamp_(min=KERPLE_EPS, max=high)
+        return held.kerple_r1, held.kerple_r2
+    return held.kerple_r1.clamp(min=KERPLE_EPS), held.kerple_r2.clamp(min=KERPLE_EPS, max=high)
+
+
+class Fire(PositionEncoding):
+    """FIRE (Li et al. 2023, section 3.2): a learned bias b(i, j) = f(psi(i - j) / psi(max(L, i))) per head,
+    psi(x) = log(c x + 1), f an MLP 1 -> fire_width -> n_head with a ReLU; c and the threshold L are learned, and
+    each layer has its own f, c and L. Dividing by psi(i) maps every query's distances into [0, 1], so a longer
+    sequence reads f on the range it was trained on; L (block_size at first) keeps short prefixes from being
+    stretched. As the paper's listing: |c x|, L = |a| block_size with a learned from 1, psi(max(L, i)) + 1e-6."""
+
+    settings = ("fire_width",)
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if config.fire_width < 1:
+            raise ValueError(f"fire_width={config.fire_width} must be at least 1 (the MLP's hidden units)")
+
+    def new_parameters(self) -> dict[str, nn.Parameter]:
+        layers, width, n_head = self.config.n_layer, self.config.fire_width, self.config.n_head
+        shapes = {"fire_c": (layers,), "fire_threshold": (layers,), "fire_w1": (layers, width),
+                  "fire_b1": (layers, width), "fire_w2": (layers, n_head, width), "fire_b2": (layers, n_head)}
+        return {name: nn.Parameter(torch.empty(shape)) for name, shape in shapes.items()}
+
+    def reset_parameters(self, held: nn.Module) -> None:
+        nn.init.constant_(held.fire_c, FIRE_C_INIT)
+        nn.init.ones_(held.fire_threshold)  # L's multiplier of block_size
+        for name, fan_in in (("fire_w1", 1), ("fire_b1", 1), ("fire_w2", self.config.fire_width),
+                             ("fire_b2", self.config.fire_width)):  # as nn.Linear draws its weights and biases
+            nn.init.uniform_(getattr(held, name), -fan_in ** -0.5, fan_in ** -0.5)
+
+    def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        """(n_layer, n_head, T, K): a bias for each layer."""
+        c = held.fire_c[:, None, None]
+        threshold = held.fire_threshold.abs()[:, None] * self.config.block_size  # (n_layer, 1)
+        distance = (query_pos[:, None] - key_pos[None, :]).clamp(min=0).float()
+        norm = torch.log((c[:, :, 0] * torch.maximum(query_pos.float()[None, :], threshold)).abs() + 1) + 1e-6
+        x = torch.log((c * distance).abs() + 1) / norm[:, :, None]  # (n_layer, T, K)
+        hidden = torch.relu(x[..., None] * held.fire_w1[:, None, None, :] + held.fire_b1[:, None, None, :])
+        bias = hidden @ held.fire_w2[:, None].transpose(-1, -2) + held.fire_b2[:, None, None, :]  # (L, T, K, H)
+        return bias.permute(0, 3, 1, 2)
+
+
+class Cope(PositionEncoding):
+    """CoPE (Golovneva et al. 2024, section 3): a query counts the keys back to key j by gates g_it =
+    sigmoid(q_i.k_t / sqrt(head_dim)), p_ij = sum_{t=j..i} g_it, and its score over key j is q_i.(k_j + e[p_ij]) /
+    sqrt(head_dim), e interpolated between the integer positions around p_ij, p clamped to the table's last row
+    (cope_positions rows; 0: block_size + 1, every count training can make). Each layer has its own table e
+    (head_dim, positions), shared by its heads and zero at first, as the paper's code (facebookresearch/RAM,
+    projects/cope). Attention needs the scores themselves: it is written out (cope_attention), not SDPA's fused
+    kernels, and costs more per token (docs/input_layer.md)."""
+
+    settings = ("cope_positions",)
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if config.cope_positions < 0:
+            raise ValueError(f"cope_positions={config.cope_positions} must be >= 0 (0: block_size + 1)")
+
+    def new_parameters(self) -> dict[str, nn.Parameter]:
+        c = self.config
+        positions = c.cope_positions or c.block_size + 1
+        return {"cope_table": nn.Parameter(torch.empty(c.n_layer, c.n_embd // c.n_head, positions))}
+
+    def reset_parameters(self, held: nn.Module) -> None:
+        nn.init.zeros_(held.cope_table)  # as the paper's code: every position starts with no effect
+
+    def contextual(self, held: nn.Module) -> torch.Tensor:
+        return held.cope_table
+
+
+def cope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                   table: torch.Tensor, dropout_p: float) -> torch.Tensor:
+    """softmax(s + q.e[p] / sqrt(head_dim)) v with s = q k^T / sqrt(head_dim), masked: CoPE's attention of queries q
+    (B, n_head, T, head_dim) over keys and values (B, n_head, K, head_dim), mask None (causal, K = T) or bool
+    (True: attend), table one layer's (head_dim, positions)."""
+    scale = 1.0 / math.sqrt(q.size(-1))
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is None:
+        mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores + cope_scores(q, scores, table) * scale, dim=-1)
+    return torch.nn.functional.dropout(weights, dropout_p) @ v
+
+
+def cope_scores(q: torch.Tensor, scores: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """q . e[p_ij] (B, n_head, T, K) for the masked scaled scores (B, n_head, T, K), -inf off the causal pairs:
+    gates sigmoid(score), each key's position the sum of the gates from it to the query (its own included),
+    clamped to the table's last row, its embedding interpolated linearly between the rows on either side."""
+    gates = torch.sigmoid(scores)  # 0 where masked
+    position = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=table.size(-1) - 1)
+    low, high = position.floor(), position.ceil()
+    by_row = q @ table.to(q.dtype)  # (B, n_head, T, positions): each query against every row of the table
+    weight = (position - low).to(by_row.dtype)
+    return by_row.gather(-1, high.long()) * weight + by_row.gather(-1, low.long()) * (1 - weight)
+
+
 def t5_bucket(distance: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
     """T5's causal bucket (int64) of each distance query_pos - key_pos; a key after the query counts as 0.
 
@@ -217,7 +495,8 @@ def t5_bucket(distance: torch.Tensor, num_buckets: int, max_distance: int) -> to
 
 ENCODINGS: dict[str, type[PositionEncoding]] = {
     "learned": Learned, "sinusoidal": Sinusoidal, "rope": Rope, "alibi": Alibi, "none": PositionEncoding,
-    "t5": T5Bias,
+    "t5": T5Bias, "partial_rope": PartialRope, "p_rope": PRope, "xpos": XPos, "kerple": Kerple, "fire": Fire,
+    "cope": Cope,
 }
 POS_ENCODINGS = tuple(ENCODINGS)  # the names GPTConfig.pos_encoding takes
 
@@ -228,6 +507,7 @@ def encoding_of(config) -> PositionEncoding:
         raise ValueError(f"pos_encoding={config.pos_encoding!r} is not one of {', '.join(POS_ENCODINGS)}")
     check_position_scaling(config)
     ENCODINGS[config.pos_encoding].check_config(config)
+    ENCODINGS[config.pos_encoding].check_random_positions(config)
     return ENCODINGS[config.pos_encoding](config)
 
 
@@ -253,6 +533,13 @@ def check_position_scaling(config) -> None:
         raise ValueError(f"trained_block_size={config.trained_block_size} must be in [0, block_size="
                          f"{config.block_size}]: the block_size the model was trained at before its context grew "
                          "(0: it never grew)")
+
+
+@torch.compiler.disable  # drawn eagerly from torch's CPU generator, also in a compiled model
+def random_positions(seq_len: int, limit: int, device: torch.device) -> torch.Tensor:
+    """Randomized positions (Ruoss et al. 2023): seq_len distinct positions of 0..limit-1, in order, one draw for
+    the batch. torch's CPU generator is in every checkpoint, so a resumed run draws what the whole run did."""
+    return torch.randperm(limit)[:seq_len].sort().values.to(device)
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from gpt.model import GPT
-from gpt.positions import encoding_of
+from gpt.model import GPT, GPTConfig
+from gpt.positions import encoding_of, t5_bucket
 from study.config import AblateConfig
 from text.tokenizer import bits_per_unit, from_description, token_byte_counts, token_char_counts
 from training.devices import autocast_context
@@ -93,6 +93,33 @@ def sliding_geometry(ablate: AblateConfig, block_size: int) -> tuple[int, int]:
     """The sliding protocol's window and stride: by default block_size, and a quarter of the window."""
     window = ablate.sliding_window or block_size
     return window, ablate.sliding_stride or max(1, window // 4)
+
+
+def untrained_buckets(plan: list, ablate: AblateConfig) -> list[str]:
+    """untrained_bucket's line for each t5 setting of the plan's runs (a from_cell finetune aside) that is scored
+    where its training never reached."""
+    return [line for line in dict.fromkeys(untrained_bucket(run.model_config, ablate) for run in plan
+                                           if not run.finetune) if line]
+
+
+def untrained_bucket(model_config: GPTConfig, ablate: AblateConfig) -> str:
+    """One line where a t5 model is scored at distances whose buckets training never reached (distances up to
+    block_size - 1 train buckets up to t5_bucket(block_size - 1)); "" otherwise, and for every other encoding."""
+    if model_config.pos_encoding != "t5":
+        return ""
+    block_size, buckets, reach = model_config.block_size, model_config.t5_num_buckets, model_config.t5_max_distance
+    window, _ = sliding_geometry(ablate, block_size)
+    farthest = max(protocol_window(p, n, window) for p in ablate.protocols
+                   for n in eval_lengths(block_size, ablate.eval_multipliers)) - 1
+    distances = torch.arange(max(farthest, block_size) + 1)
+    bucket = t5_bucket(distances, buckets, reach)
+    trained = int(bucket[block_size - 1])
+    if int(bucket[farthest]) <= trained:
+        return ""
+    first = int(distances[bucket > trained][0])
+    return (f"t5 with t5_max_distance={reach} at block_size={block_size} trains buckets 0..{trained} of "
+            f"{buckets}; scoring distances up to {farthest} reads buckets {trained + 1}..{int(bucket[farthest])} "
+            f"(distances {first} and more), never trained: give t5_max_distance <= {block_size} to train them all")
 
 
 def protocol_window(protocol: str, length: int, window: int) -> int:

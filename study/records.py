@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from gpt.model import GPTConfig
+from gpt.positions import ENCODINGS
 from study.plan import StudyRun
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
@@ -23,6 +24,11 @@ from training.run_dir import DONE_FILE
 # TrainConfig fields that change no number: where a run logs, and where its data lies and whether its batches are
 # prefetched (the data's description, with its splits' SHA-256s, says what data it is; prefetching is bit-identical).
 NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode", "dataset", "prefetch")
+# GPTConfig fields added after records were committed (the later encodings, random_positions), with their defaults:
+# there they do what the code before them did, so they stay out of a run's settings (a default must never change).
+LATER_MODEL_FIELDS = {name: getattr(GPTConfig, name) for name in (
+    "partial_rope_fraction", "p_rope_fraction", "xpos_gamma", "xpos_scale_base", "kerple_kernel", "fire_width",
+    "cope_positions", "random_positions")}
 RUN_RECORDS = (DONE_FILE, "eval.json")
 # What a run's done.json holds, every field needed by a later reuse or by the report; eval.json holds EVAL_FIELDS.
 RECORD_FIELDS = ("variant", "seed", "budget", "role", "tokens_per_iter", "parameters", "iter_num",
@@ -46,10 +52,14 @@ def settings(run: StudyRun) -> dict:
 def config_settings(train_config: TrainConfig, model_config: GPTConfig) -> dict:
     """settings() of the configs alone (a study's base configs are no run). Under AdamW the optimizer and Muon's
     settings are left out: they change no number there, and every record made before --optimizer existed lacks
-    them (so that those records, and the studies they make, stay what they were)."""
+    them (so that those records, and the studies they make, stay what they were). So are the GPTConfig fields of
+    LATER_MODEL_FIELDS at their defaults, where the run's encoding does not read them."""
     adamw = {"optimizer", "muon_learning_rate", "muon_momentum"} if train_config.optimizer == "adamw" else set()
+    own = ENCODINGS[model_config.pos_encoding].settings
+    model = {k: v for k, v in asdict(model_config).items()
+             if not (k in LATER_MODEL_FIELDS and k not in own and v == LATER_MODEL_FIELDS[k])}
     return {"train_config": {k: v for k, v in asdict(train_config).items() if k not in {*NEUTRAL, *adamw}},
-            "model_config": asdict(model_config), "data": data_identity(train_config.dataset)}
+            "model_config": model, "data": data_identity(train_config.dataset)}
 
 
 def data_identity(dataset: str) -> dict:

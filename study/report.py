@@ -15,7 +15,7 @@ import torch
 from files import write_atomic
 from gpt.model import GPT
 from study.config import PROTOCOLS, AblateConfig
-from study.evaluation import bits_per, sliding_geometry
+from study.evaluation import bits_per, sliding_geometry, untrained_buckets
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
 from study.plan import StudyRun
 from study.plots import plot_all, seed_entries
@@ -287,7 +287,7 @@ def header_lines(ablate: AblateConfig, plan: list[StudyRun], records: list[dict]
     if any(entry is None for r in records for by_length in r["eval"]["protocols"].values()
            for entry in by_length.values()):
         lines += ["", "n/a: a learned table has no rows past block_size."]
-    return lines
+    return lines + [f"\nNote: {line}." for line in untrained_buckets(plan, ablate)]
 
 
 def main_table(rows: list[dict], study: dict) -> list[str]:

@@ -2,6 +2,7 @@
 scored on val, each cell's own rate picked), then every run of the plan, trained and evaluated, then the report.
 Everything that can be wrong with the cells, the evaluation or the data is found before the first run trains."""
 
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -12,7 +13,7 @@ from errors import OptionError, UserError
 from gpt.model import GPTConfig
 from study.cells import cell_name, study_cells, with_resolved_dtype
 from study.config import AblateConfig
-from study.evaluation import eval_lengths, sliding_geometry
+from study.evaluation import eval_lengths, sliding_geometry, untrained_buckets
 from study.jobs import finished_records, study_records
 from study.paired_stats import CONFIDENCE
 from study.plan import StudyRun, from_cells, headline_budget, lr_sweep_plan, pick_learning_rates, run_plan
@@ -44,6 +45,8 @@ def check_before_training(ablate: AblateConfig, plan: list[StudyRun], cells: lis
         for split in scored:  # an old dataset without test.bin: one line
             load_split(data_dir, split, block_size)
         check_eval_lengths(ablate, len(load_split(data_dir, ablate.eval_split, block_size)), block_size, dataset)
+    for line in untrained_buckets(plan, ablate):  # named, not refused: studies made before it keep their report
+        print(f"note: {line}", file=sys.stderr)
 
 
 def check_eval_lengths(ablate: AblateConfig, tokens: int, block_size: int, dataset: str) -> None:

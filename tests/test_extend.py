@@ -89,7 +89,7 @@ def test_extending_a_learned_table_keeps_every_other_weight_and_draws_nothing():
 def test_position_interpolation_is_rope_at_p_over_s(s):
     layer = InputLayer(scaled(position_scaling="interpolate", position_scale=s))
     positions = torch.arange(0, 256)
-    _, (cos, sin) = layer.attention_inputs(positions, 256, cached=False)
+    _, ((cos, sin), _), _ = layer.attention_inputs(positions, 256, cached=False)
     plain_cos, plain_sin = P.rope_angles(positions / s, 32, 10000.0)  # rope, unscaled, at fractional positions
     assert max_abs(cos, plain_cos) < 2e-5 and max_abs(sin, plain_sin) < 2e-5
     assert max_abs(cos, P.rope_angles(positions, 32, 10000.0)[0]) > 0.1  # the scaling matters
@@ -143,7 +143,7 @@ def test_yarn_frequencies_are_the_papers_and_transformers(s, head_dim, base, len
 
 def test_yarn_temperature_scales_every_score_by_its_square():
     config = scaled(position_scaling="yarn", position_scale=4.0)
-    _, (cos, sin) = InputLayer(config).attention_inputs(torch.arange(10), 10, cached=False)
+    _, ((cos, sin), _), _ = InputLayer(config).attention_inputs(torch.arange(10), 10, cached=False)
     factor = 0.1 * math.log(4.0) + 1
     torch.testing.assert_close(cos ** 2 + sin ** 2, torch.full_like(cos, factor ** 2))
 

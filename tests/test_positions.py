@@ -91,7 +91,7 @@ def test_t5_score_bias_is_the_table_read_at_each_distance():
     with torch.no_grad():
         layer.relative_bias.copy_(torch.arange(24, dtype=torch.float32).view(8, 3))  # bucket b, head h: 3b + h
     query_pos, key_length = torch.arange(9, 9 + 7), 20  # 7 queries after 9 cached tokens, over a 20-key cache
-    mask, rope = layer.attention_inputs(query_pos, key_length, cached=True)
+    mask, rope, _ = layer.attention_inputs(query_pos, key_length, cached=True)
     assert rope is None and mask.shape == (3, 7, key_length)
     for h in range(3):
         for i, q in enumerate(query_pos.tolist()):
@@ -140,6 +140,7 @@ def test_t5_settings_are_checked():
 
 
 def test_every_encoding_is_registered_under_its_name():
-    assert P.POS_ENCODINGS == ("learned", "sinusoidal", "rope", "alibi", "none", "t5")
+    assert P.POS_ENCODINGS == ("learned", "sinusoidal", "rope", "alibi", "none", "t5", "partial_rope", "p_rope", "xpos",
+                               "kerple", "fire", "cope")
     assert P.encoding_of(GPTConfig(pos_encoding="t5")).max_length() is None
     assert P.encoding_of(GPTConfig(pos_encoding="learned", block_size=64)).max_length() == 64

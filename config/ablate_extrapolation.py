@@ -1,0 +1,24 @@
+# The extrapolation study (issue 43; docs/positions_extrapolation/): the position encodings of the length-
+# generalisation papers beside the seven cells of the position study, on Tiny Shakespeare characters, the baby
+# model at block 64, scored on the TEST split at 1x, 2x, 4x and 8x block_size under both protocols. The position
+# study's stage 2 (config/ablate_positions_budgets.py) as it is, one length further: the same seeds (1337..1341),
+# wsd budgets 1000, 2000 and 4000 (one constant-rate run per cell and seed, decay branches per budget), each cell at
+# the rate its stage 1 picked on val. The seven existing cells keep the position study's picks; their 8x scores need
+# their checkpoints, which were never committed, so they train again here (same settings and seeds: the same bits on
+# the machine that trained them, which the report checks against docs/positions_budgets).
+# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python ablate.py config/ablate_extrapolation.py --jobs=2 --time_limit=150m   (as many sittings as it takes)
+base_config = "ablate_positions_base.py"  # the baby model, the schedule, the evaluation, the TOST margin (0.01)
+study_dir = "docs/positions_extrapolation"  # its records are committed there (checkpoints are not)
+variants = ["learned learning_rate=0.003", "sinusoidal sinusoidal_amplitude=0.1 learning_rate=0.003",
+            "sinusoidal sinusoidal_amplitude=0.02 learning_rate=0.001", "rope learning_rate=0.003",
+            "alibi learning_rate=0.003", "none learning_rate=0.003"]
+seeds = 5
+budgets = [1000, 2000, 4000]
+headline_budget = 4000
+eval_split = "test"
+eval_multipliers = [1.0, 2.0, 4.0, 8.0]
+reference = "learned learning_rate=0.003"
+
+max_iters = 4000
+lr_decay_iters = 4000
