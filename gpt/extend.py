@@ -21,6 +21,10 @@ def extended_config(config: GPTConfig, block_size: int, method: str) -> GPTConfi
     """config grown to block_size by method; a ValueError where the method does not apply to the encoding, the
     length does not grow, or the model already grew by another method."""
     extensions = ENCODINGS[config.pos_encoding].extensions
+    if config.random_positions:
+        raise ValueError(f"the model was trained with random_positions={config.random_positions}, so it already "
+                         f"places positions 0..{config.random_positions - 1}: it is not extended (score.py and a "
+                         "study read it at those lengths as it is)")
     if method not in extensions:
         raise ValueError(f"extend_positions={method!r} does not apply to pos_encoding={config.pos_encoding!r}, "
                          f"which takes {', '.join(extensions)}")

@@ -471,3 +471,16 @@ def test_result_files_are_written_whole_with_the_usual_permissions(tmp_path):
     files.write_atomic(path, "new")
     assert path.read_text() == "new" and path.stat().st_mode & 0o777 == expected
     assert [p.name for p in tmp_path.iterdir()] == ["results.md"]
+
+
+def test_a_t5_cell_scored_where_its_buckets_never_trained_is_named():
+    """The position study's t5 (32 buckets to distance 128, block 64) trained buckets 0..26 (distance 63 is the
+    farthest a 64-token window has): scored at 4x, distances 67 and up fell in buckets 27..31, never trained."""
+    t5 = GPTConfig(block_size=64, pos_encoding="t5", t5_num_buckets=32, t5_max_distance=128)
+    at_4x = AblateConfig(eval_multipliers=[1.0, 2.0, 4.0])
+    line = study_eval.untrained_bucket(t5, at_4x)
+    assert "trains buckets 0..26 of 32" in line and "reads buckets 27..31 (distances 67 and more)" in line
+    assert study_eval.untrained_bucket(t5, AblateConfig(eval_multipliers=[1.0])) == ""
+    assert study_eval.untrained_bucket(t5, replace(at_4x, protocols=["sliding"])) == ""  # windows of 64: trained
+    assert study_eval.untrained_bucket(replace(t5, t5_max_distance=64), replace(at_4x, eval_multipliers=[8.0])) == ""
+    assert study_eval.untrained_bucket(replace(t5, pos_encoding="learned"), at_4x) == ""

@@ -22,6 +22,7 @@ import torch
 from helpers import REPO, assert_one_line_error, cli, digests, flags
 
 import train as train_module
+from gpt.model import GPTConfig
 from options import parse_options
 from training.checkpoint import load_checkpoint
 
@@ -378,10 +379,21 @@ def test_fsdp_without_torchrun_says_it_is_one_process(run_copy, capsys):
     assert len(notes) == 1 and notes[0].startswith("note: ") and "one process" in notes[0]
 
 
+def test_a_setting_shared_by_encodings_is_used_by_each_of_them():
+    """rope_base is read by every rotary encoding: given with xpos it is no unused setting."""
+    for encoding in ("rope", "partial_rope", "p_rope", "xpos"):
+        model_config = GPTConfig(pos_encoding=encoding)
+        assert train_module.unused_settings(train_module.TrainConfig(), model_config, ["rope_base"]) == []
+
+
 @pytest.mark.parametrize("given, fragments", [
     ({"t5_num_buckets": 4}, ["t5_num_buckets is a setting of pos_encoding=t5, and this run's is learned"]),
     ({"pos_encoding": "rope", "learned_init_std": 0.02}, ["learned_init_std is a setting of pos_encoding=learned"]),
     ({"wsd_decay_shape": "linear"}, ["wsd_decay_shape is a setting of lr_schedule=wsd", "schedule is cosine"]),
+    ({"pos_encoding": "rope", "partial_rope_fraction": 0.5},
+     ["partial_rope_fraction is a setting of pos_encoding=partial_rope, and this run's is rope"]),
+    ({"pos_encoding": "alibi", "rope_base": 500.0},
+     ["rope_base is a setting of pos_encoding=rope|partial_rope|p_rope|xpos, and this run's is alibi"]),
 ])
 def test_a_flag_that_would_do_nothing_is_refused_before_the_run(tmp_path, char_data, capsys, given, fragments):
     """Was: --t5_num_buckets=4 under learned positions, or --wsd_decay_shape=linear under cosine, trained
