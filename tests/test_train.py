@@ -134,9 +134,11 @@ def test_a_single_batch_can_be_overfit():
 # ---- resume -------------------------------------------------------------------------------------------------
 
 
-def test_resume_equals_an_uninterrupted_run(tmp_path, char_data):
-    """Dropout on, so the resumed run also needs the restored torch RNG; the batch order needs the batch RNG."""
-    settings = dict(max_iters=12, lr_decay_iters=12, warmup_iters=3, eval_interval=4, dropout=0.1)
+@pytest.mark.parametrize("positions", [{}, {"random_positions": 64}], ids=["positions", "random_positions"])
+def test_resume_equals_an_uninterrupted_run(tmp_path, char_data, positions):
+    """Dropout on, so the resumed run also needs the restored torch RNG; the batch order needs the batch RNG; so
+    do randomized positions (drawn from torch's CPU generator)."""
+    settings = dict(max_iters=12, lr_decay_iters=12, warmup_iters=3, eval_interval=4, dropout=0.1, **positions)
     whole = run(tmp_path / "a", char_data, **settings)
     first = run(tmp_path / "b", char_data, **{**settings, "max_iters": 6})
     assert load_checkpoint(tmp_path / "b" / "ckpt.pt")["iter_num"] == 6
