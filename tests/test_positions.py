@@ -8,8 +8,6 @@ import pytest
 import torch
 from helpers import BLOCK, max_abs, random_ids, tiny_model
 
-from gpt import fast_decode
-from gpt import generate as G
 from gpt import positions as P
 from gpt.model import GPT, GPTConfig, InputLayer
 
@@ -116,20 +114,6 @@ def test_t5_cached_equals_uncached_across_log_buckets(chunks):
     zero = tiny_model("t5", t5_num_buckets=4, t5_max_distance=8)
     zero.input_layer.relative_bias.zero_()
     assert max_abs(zero(idx)[0], full) > 1e-2
-
-
-@pytest.mark.slow
-@torch.no_grad()
-def test_t5_compiled_decoding_equals_uncached_across_log_buckets():
-    model = tiny_model("t5", t5_num_buckets=4, t5_max_distance=8)
-    prompt, tokens = random_ids(2, 3, seed=4), random_ids(2, BLOCK - 3, seed=5)
-    torch.compiler.reset()  # compiles afresh, within the compiler's limit of graphs per function
-    cache, step = model.make_cache(2), fast_decode.compiled_decode_step(model)
-    model(prompt, cache=cache)
-    compiled = torch.stack([G.decode(model, tokens[:, i:i + 1].contiguous(), cache, step)
-                            for i in range(tokens.size(1))], dim=1)
-    full = model(torch.cat((prompt, tokens), dim=1))[0][:, 3:]
-    assert max_abs(compiled, full) < 1e-4
 
 
 def test_t5_settings_are_checked():
