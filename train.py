@@ -687,6 +687,8 @@ def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterabl
         if name.startswith("wsd_") and not (config.decay_lr and config.lr_schedule == "wsd"):
             unused.append(f"{name} is a setting of lr_schedule=wsd, and this run's schedule is "
                           f"{config.lr_schedule if config.decay_lr else 'constant (decay_lr=False)'}")
+        if name == "gelu" and model_config.mlp_activation != "gelu":
+            unused.append(f"gelu is a setting of mlp_activation=gelu, and this run's is {model_config.mlp_activation}")
         if name.startswith("muon_") and config.optimizer != "muon":
             unused.append(f"{name} is a setting of optimizer=muon, and this run's optimizer is {config.optimizer}")
     return unused

@@ -30,6 +30,11 @@ def from_pretrained(name_or_dir: str, dropout: float = 0.0) -> GPT:
     return model
 
 
+# The architecture options whose GPT-2 setting transformers' GPT2LMHeadModel has (GPTConfig's defaults;
+# zero_init_proj changes only the start, not the architecture).
+GPT2_ARCHITECTURE = {"mlp_activation": "gelu", "qk_norm": False, "logit_softcap": 0.0, "tie_head": True}
+
+
 def export_hf(model: GPT, directory: str | os.PathLike) -> None:
     """Write config.json + model.safetensors that transformers' GPT2LMHeadModel.from_pretrained loads."""
     from safetensors.torch import save_file
@@ -37,6 +42,10 @@ def export_hf(model: GPT, directory: str | os.PathLike) -> None:
     if model.config.pos_encoding != "learned":
         raise ValueError(f"GPT-2 in transformers has a learned position table; this model has "
                          f"pos_encoding={model.config.pos_encoding!r}: only 'learned' models can be exported")
+    other = [f"{name}={value!r}" for name, value in GPT2_ARCHITECTURE.items() if getattr(model.config, name) != value]
+    if other or model.config.random_positions:
+        raise ValueError(f"this model is not GPT-2's architecture ({', '.join(other) or 'random_positions'}), which "
+                         "transformers' GPT2LMHeadModel is: only a model with every such option off can be exported")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     c = model.config

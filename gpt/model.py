@@ -53,6 +53,12 @@ class GPTConfig:
     cope_positions: int = 0  # cope: rows of each layer's position table, counts clamped below; 0: block_size + 1
     random_positions: int = 0  # training draws block_size sorted positions from 0..N-1 (Ruoss et al. 2023); 0: off
     gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
+    # The pieces the speedruns use (modded-nanogpt, nanochat; docs/speedrun.md), each off by default: GPT-2's model.
+    mlp_activation: str = "gelu"  # gelu (in the form `gelu` says) | relu2: relu(x)^2 (So et al. 2021's Primer)
+    qk_norm: bool = False  # RMS-normalise each head's queries and keys (no gain) before the position turns them
+    zero_init_proj: bool = False  # the blocks' output projections (attention's and the MLP's c_proj) start at zero
+    logit_softcap: float = 0.0  # logits become c * tanh(logits / c) (Gemma 2, nanochat: 15); 0: off
+    tie_head: bool = True  # the output head is the token table (GPT-2); False: a head of its own, drawn N(0, 0.02^2)
     # Longer context than trained (docs/context_extension.md): train.py --extend_positions sets these three, or set
     # them by hand to scale rope at inference. Checkpoints written before them load with the defaults: no scaling.
     position_scaling: str = "none"  # none | interpolate (sinusoidal, rope, learned) | ntk, yarn (rope) | copy (learned)
@@ -76,6 +82,10 @@ class GPTConfig:
                 raise ValueError(f"{name}=inf must be finite")
         if self.gelu not in ("tanh", "erf"):
             raise ValueError(f"gelu={self.gelu!r} must be tanh or erf")
+        if self.mlp_activation not in ("gelu", "relu2"):
+            raise ValueError(f"mlp_activation={self.mlp_activation!r} must be gelu or relu2")
+        if not 0 <= self.logit_softcap < math.inf:  # also catches NaN
+            raise ValueError(f"logit_softcap={self.logit_softcap} must be a finite number >= 0 (0: off; nanochat: 15)")
         if not self.learned_init_std >= 0:
             raise ValueError(f"learned_init_std={self.learned_init_std} must be >= 0")
 
@@ -237,6 +247,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.qk_norm = config.qk_norm
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
                 mask: torch.Tensor | None = None, rope: Turns | None = None,
@@ -246,6 +257,8 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.qk_norm:
+            q, k = rms_norm(q), rms_norm(k)
         if rope is not None:  # before caching: the cache holds turned keys
             (q_cos, q_sin), (k_cos, k_sin) = rope
             q, k = rotate(q, q_cos, q_sin), rotate(k, k_cos, k_sin)
@@ -267,10 +280,21 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
-        self.gelu = gelu_tanh if config.gelu == "tanh" else F.gelu
+        self.activation = relu_squared if config.mlp_activation == "relu2" else (
+            gelu_tanh if config.gelu == "tanh" else F.gelu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+        return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
+
+
+def relu_squared(x: torch.Tensor) -> torch.Tensor:
+    return F.relu(x).square()
+
+
+def rms_norm(x: torch.Tensor) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last dimension, no gain: F.rms_norm's default (torch >= 2.4) written out,
+    so that the torch floor stays where it is."""
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + torch.finfo(x.dtype).eps)
 
 
 class Block(nn.Module):
@@ -298,7 +322,10 @@ class GPT(nn.Module):
         # Made on meta (nn.Linear would draw a (vocab_size, n_embd) init from torch's stream, then lose it to the tie:
         # the blocks' initial weights would depend on the vocabulary).
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False, device="meta")
-        self.lm_head.weight = self.input_layer.wte  # weight tying: one Parameter, both uses add to its grad
+        if config.tie_head:
+            self.lm_head.weight = self.input_layer.wte  # weight tying: one Parameter, both uses add to its grad
+        else:  # drawn with the token table, from its stream (reset_parameters)
+            self.lm_head.weight = nn.Parameter(torch.empty(config.vocab_size, config.n_embd))
         # A training setting, not part of the architecture (train.py sets it): keep only each Block's input for the
         # backward pass and recompute the Block there, trading about a third more compute for far less memory.
         self.activation_checkpointing = False
@@ -312,6 +339,8 @@ class GPT(nn.Module):
         for name, p in self.blocks.named_parameters():
             if name.endswith("c_proj.weight"):  # residual projections, scaled as in GPT-2
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
+                if self.config.zero_init_proj:  # drawn first all the same: the other weights stay as they were
+                    nn.init.zeros_(p)
             elif p.dim() == 2:
                 nn.init.normal_(p, mean=0.0, std=0.02)
             elif name.endswith("weight"):  # LayerNorm gain
@@ -322,7 +351,11 @@ class GPT(nn.Module):
         if self.ln_f.bias is not None:
             nn.init.zeros_(self.ln_f.bias)
         self.input_layer.reset_position_table()
-        self.input_layer.reset_token_table(torch.Generator().manual_seed(token_table_seed))
+        token_stream = torch.Generator().manual_seed(token_table_seed)
+        self.input_layer.reset_token_table(token_stream)
+        if not self.config.tie_head and not self.lm_head.weight.is_meta:  # after the token table: it stays as it was
+            with torch.no_grad():
+                self.lm_head.weight.copy_(torch.randn(self.lm_head.weight.shape, generator=token_stream) * 0.02)
 
     def get_num_params(self, non_embedding: bool = False) -> int:
         """Parameters, the tied head counted once; non_embedding=True leaves out the position parameters (nanoGPT
@@ -383,7 +416,10 @@ class GPT(nn.Module):
                 x = checkpoint(block, x, positions, None, mask, rope, cope, use_reentrant=False)
             else:
                 x = block(x, positions, cache, mask, rope, cope)
-        return self.lm_head(self.ln_f(x))
+        logits = self.lm_head(self.ln_f(x))
+        if self.config.logit_softcap:
+            return self.config.logit_softcap * torch.tanh(logits / self.config.logit_softcap)
+        return logits
 
     def decode_step(self, token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Logits (B, vocab_size) of token (B, 1) at position (1,), its keys and values written into the cache.

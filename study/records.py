@@ -24,11 +24,11 @@ from training.run_dir import DONE_FILE
 # TrainConfig fields that change no number: where a run logs, and where its data lies and whether its batches are
 # prefetched (the data's description, with its splits' SHA-256s, says what data it is; prefetching is bit-identical).
 NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode", "dataset", "prefetch")
-# GPTConfig fields added after records were committed (the later encodings, random_positions), with their defaults:
+# GPTConfig fields added after records were committed (later encodings and architecture options), with defaults:
 # there they do what the code before them did, so they stay out of a run's settings (a default must never change).
 LATER_MODEL_FIELDS = {name: getattr(GPTConfig, name) for name in (
     "partial_rope_fraction", "p_rope_fraction", "xpos_gamma", "xpos_scale_base", "kerple_kernel", "fire_width",
-    "cope_positions", "random_positions")}
+    "cope_positions", "random_positions", "mlp_activation", "qk_norm", "zero_init_proj", "logit_softcap", "tie_head")}
 RUN_RECORDS = (DONE_FILE, "eval.json")
 # What a run's done.json holds, every field needed by a later reuse or by the report; eval.json holds EVAL_FIELDS.
 RECORD_FIELDS = ("variant", "seed", "budget", "role", "tokens_per_iter", "parameters", "iter_num",
