@@ -8,6 +8,8 @@
     python bench.py --what=tokenizer --input=input.txt --vocab_sizes=512,2048     # GPT-2 and learned BPEs
     python bench.py config/baby_cpu.py --what=study --bench_steps=300 --repeats=1  # a study's step, eager/compiled,
                                                                                    # 1 or 2 threads, 1 or 2 jobs
+    python bench.py config/baby_cpu.py --what=encodings --clock=cpu --max_new_tokens=256  # each position encoding
+                                                                                         # vs learned
 
 Training: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and with each
 change added (fused AdamW, compile, bfloat16 autocast on CPU), then train.train() against the bare loop of the
@@ -20,6 +22,9 @@ Step: the frozen CPU decode step as fast_decode.py compiles it, and with each of
 checked; the graph's wrapper in Python), compiled side by side and called in one randomized order.
 Study: a study's training step as ablate.py runs it, eager or compiled, on 1 or 2 threads, in 1 or 2 jobs at once:
 steps a second of all jobs together, and each variant's wall time with its start and compilation.
+Encodings: each position encoding (and learned on random positions) against learned, in alternating rounds: an
+eager training step on one fixed batch at block_size and at 4x block_size with a quarter of the batch, and eager
+decoding of one sequence with a KV cache, one token a call: ms a step, tokens/s, and each as a time over learned's.
 Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each vocabulary size: seconds to learn
 (bpe_train.learn_bpe), MB/s of tiktoken's encode_ordinary and of HF's own encoder, and tokens per UTF-8 byte.
 """
@@ -34,6 +39,7 @@ from pathlib import Path
 
 from benchmarks.common import BenchConfig
 from benchmarks.decode_speed import bench_sample, bench_step_variants
+from benchmarks.encoding_speed import bench_encodings
 from benchmarks.study_speed import bench_study
 from benchmarks.tokenizer_speed import bench_tokenizer, tokenizer_text
 from benchmarks.train_speed import bench_train
@@ -82,7 +88,7 @@ def load_averages() -> str:
 
 
 BENCHMARKS = {"train": bench_train, "sample": bench_sample, "step": bench_step_variants,  # --what: its benchmark
-              "tokenizer": bench_tokenizer, "study": bench_study}
+              "tokenizer": bench_tokenizer, "study": bench_study, "encodings": bench_encodings}
 
 
 def measure_once(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> dict:

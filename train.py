@@ -50,7 +50,7 @@ from training.checkpoint import (
     save_checkpoint,
 )
 from training.devices import DTYPES, autocast_context, choose_device, choose_dtype, dtype_name
-from training.memory import parameter_counts, saved_activation_bytes, training_state_bytes
+from training.memory import check_batch_fits, check_model_fits
 from training.nanogpt import continue_training, init_checkpoint
 from training.optimizers import build_optimizer, check_optimizer_here, check_optimizer_settings, set_learning_rates
 from training.parallel import (
@@ -186,47 +186,6 @@ def model_vocab_size(data_description: dict) -> int:
     if data_description["kind"] == "gpt2":
         return 50304
     return data_description["vocab_size"]
-
-
-def device_memory(device: torch.device) -> int | None:
-    """The bytes of memory on device (a GPU's, or the machine's RAM), where it can be known."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[1]
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
-
-
-MAX_PARAMETERS = 2**50  # past this even the shapes overflow (torch cannot size the tensors, on meta either)
-
-
-def check_model_fits(model_config: GPTConfig, device: torch.device, shards: int = 1) -> None:
-    """Refuse a model whose weights, gradients and AdamW state (memory.training_state_bytes, over `shards`
-    processes under FSDP) exceed the memory here."""
-    h = model_config.n_embd
-    if 12 * model_config.n_layer * h * h + (model_config.vocab_size + model_config.block_size) * h > MAX_PARAMETERS:
-        raise UserError(f"n_layer={model_config.n_layer}, n_embd={h} make more than 2**50 parameters, more than "
-                        "any machine holds; choose a smaller model")
-    parameters = parameter_counts(model_config)["total"]
-    need = sum(training_state_bytes(parameters, shards).values())
-    available = device_memory(device)
-    if available and need > available:
-        raise UserError(f"n_layer={model_config.n_layer}, n_embd={model_config.n_embd}, vocab_size="
-                        f"{model_config.vocab_size} make {parameters // shards:,} parameters: about {need / 1e9:,.1f}"
-                        f" GB to train, but {device} has {available / 1e9:,.1f} GB; choose a smaller model")
-
-
-def check_batch_fits(config: TrainConfig, model_config: GPTConfig, device: torch.device) -> None:
-    """Refuse a micro-batch whose activations (memory.saved_activation_bytes, a lower bound: bf16 autocast), or
-    a step whose batch offsets, cannot fit the memory here: found before the first step, not as an allocator's
-    traceback or the kernel's OOM killer."""
-    tokens = config.batch_size * model_config.block_size
-    need = saved_activation_bytes(model_config, tokens, config.activation_checkpointing)
-    need += 8 * config.gradient_accumulation_steps * config.batch_size  # a step's offsets, drawn at once
-    available = device_memory(device)
-    if available and need > available:
-        raise UserError(f"batch_size={config.batch_size} x block_size={model_config.block_size} (x "
-                        f"gradient_accumulation_steps={config.gradient_accumulation_steps}) need at least "
-                        f"{need / 1e9:,.1f} GB for a step, but {device} has {available / 1e9:,.1f} GB; use a smaller "
-                        "batch_size (or fewer gradient_accumulation_steps, or --activation_checkpointing=True)")
 
 
 def build_model(config: TrainConfig, model_config: GPTConfig, data_description: dict,
@@ -380,7 +339,8 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
                                                   run.out_dir / CHECKPOINT)
         run.has_checkpoint = True
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
-        continue_training(run, resumed, init_checkpoint(config.init_from))
+        run.iter_num, run.best_val_loss = continue_training(model, optimizer, resumed,
+                                                            init_checkpoint(config.init_from))
     run.batches = batch_prefetcher(run)
     if run.master:
         run.log = open_metrics_log(run)

@@ -8,16 +8,16 @@ import torch
 
 from text.bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
-WHAT = ("train", "sample", "step", "tokenizer", "study")  # bench.py's BENCHMARKS, in their order
+WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings")  # bench.py's BENCHMARKS, in their order
 
 
 @dataclass
 class BenchConfig:
-    what: str = "train"  # train | sample | step | tokenizer | study (a study's step: eager/compiled, threads, jobs)
+    what: str = "train"  # train | sample | step | tokenizer | study | encodings (each: bench.py's description above)
     bench_steps: int = 30  # timed training steps per variant and round
     warmup_steps: int = 5  # untimed steps first (compilation, allocator warm-up)
     rounds: int = 3  # alternating rounds over the variants; the median round counts
-    max_new_tokens: int = 500  # tokens per decoding run, after a prompt that fills the window
+    max_new_tokens: int = 500  # tokens per decoding run, after a prompt that fills the window (encodings: 1 token)
     crop_tokens: int = 50  # tokens timed for the crop-every-step loop (its cost per token is constant)
     sample_batch: int = 8  # the larger batch of the decoding benchmark
     sample_vocab_size: int = 65  # vocabulary of the random decoding model

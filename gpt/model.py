@@ -31,9 +31,7 @@ class GPTConfig:
     n_embd: int = 768  # residual stream width
     dropout: float = 0.0  # dropout on the input sum, attention weights and residual branches
     bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2: True)
-    # position signal: learned | sinusoidal | rope | alibi | none | t5 | partial_rope | p_rope | xpos | kerple | fire
-    # | cope (docs/input_layer.md)
-    pos_encoding: str = "learned"
+    pos_encoding: str = "learned"  # learned|sinusoidal|rope|alibi|none|t5|partial_rope|p_rope|xpos|kerple|fire|cope
     learned_init_std: float = 0.01  # init std of the learned position table (GPT-2: 0.01; nanoGPT: 0.02)
     # Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
     # embeddings have std 0.02 and no scaling, so 0.02 keeps the ratio of position to token signal. Unscaled,

@@ -1,8 +1,9 @@
 """text/dataset.py's faults, as train.py meets them (see docs/what_is_safe.md): a tokenizer.json that is
 damaged, missing, copied from another dataset or holds a pattern that is no regular expression; a .bin file cut
 short or holding ids outside the vocabulary; a dataset given by path, or by a name that no preparer has, told the
-command that makes it. Every case ends with its exit code, one line that names the problem, no traceback, and the
-files that were there before byte-for-byte as they were.
+command that makes it; a nanoGPT data folder missing a .bin file or holding part of a token. Every case ends with
+its exit code, one line that names the problem, no traceback, and the files that were there before byte-for-byte
+as they were.
 
 Most cases damage their own copy (the run_copy fixture) of one trained run's data (conftest.py's trained, trained
 once for every test_*_faults.py). The preparers' own faults are test_prepare_faults.py's.
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, assert_one_line_error, cli, digests, flags
+from helpers import REPO, assert_one_line_error, cli, digests, flags, write_nanogpt_data
 
 import train as train_module
 from text.dataset import prepare
@@ -139,3 +140,27 @@ def test_a_dataset_name_that_no_preparer_has_names_the_command_that_makes_it(tmp
     result = cli(train_module.main, flags(tmp_path / "new", dataset), capsys)
     assert_one_line_error(*result, *fragments)
     assert "data//prepare.py" not in result[2] and not (tmp_path / "new").exists()
+
+
+# ---- issue 45: a damaged nanoGPT data folder was told of the tokenizer.json it never has -------------------------
+
+
+@pytest.mark.parametrize("split, damage, fragments", [
+    ("val", "remove", ["val.bin is missing: nanoGPT's prepare.py writes train.bin and val.bin; run it again"]),
+    ("train", "remove", ["train.bin is missing: nanoGPT's prepare.py writes train.bin and val.bin; run it again"]),
+    ("train", "one byte more", ["train.bin has 54,001 bytes, not a whole number of uint16 tokens",
+                                "cut short or not nanoGPT's; prepare it again"]),
+    ("val", "one byte more", ["val.bin has 6,001 bytes, not a whole number of uint16 tokens"]),
+])
+def test_a_damaged_nanogpt_data_folder_names_its_bin_file(tmp_path, corpus_text, capsys, split, damage, fragments):
+    folder = write_nanogpt_data(tmp_path / "data" / "x", corpus_text)
+    path = folder / f"{split}.bin"
+    if damage == "remove":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes() + b"\0")
+    before = digests(folder)
+    result = cli(train_module.main, flags(tmp_path / "new", folder), capsys)
+    assert_one_line_error(*result, str(path), *fragments)
+    assert "tokenizer.json" not in result[2]
+    assert digests(folder) == before and not (tmp_path / "new").exists()

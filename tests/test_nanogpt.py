@@ -4,12 +4,12 @@ published architecture (wte + wpe, pre-LayerNorm blocks, exact erf GELU, final L
 
 import hashlib
 import importlib.util
+import math
 import os
 import pickle
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -142,18 +142,18 @@ def test_continuing_maps_each_moment_to_its_parameter(tmp_path):
     ckpt = write_nanogpt_run(tmp_path / "out")
     write_meta(tmp_path / "data" / "shakespeare_char")
     model, state = read_checkpoint(ckpt)
-    run = SimpleNamespace(model=model, optimizer=model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu"))
-    continue_training(run, state, ckpt)
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    iter_num, best_val_loss = continue_training(model, optimizer, state, ckpt)
     names = [k for k in nanogpt_weights(2, 16, len(CHARS), 32, True) if k != "lm_head.weight"]
     ours = {id(p): name for name, p in model.named_parameters()}
     tables = {"input_layer.wte": "transformer.wte.weight", "input_layer.wpe": "transformer.wpe.weight"}
-    for group in run.optimizer.param_groups:
+    for group in optimizer.param_groups:
         assert group["betas"] == (0.9, 0.95)  # this run's settings, not the checkpoint's
         for p in group["params"]:
             index = names.index(tables.get(ours[id(p)], "transformer." + ours[id(p)].replace("blocks.", "h.")))
             # one Adam step from zero moments with grad i+1: exp_avg = (1 - beta1) * (i + 1)
-            assert torch.allclose(run.optimizer.state[p]["exp_avg"], torch.full_like(p, 0.1 * (index + 1)))
-    assert (run.iter_num, round(run.best_val_loss, 4)) == (250, 1.4861)
+            assert torch.allclose(optimizer.state[p]["exp_avg"], torch.full_like(p, 0.1 * (index + 1)))
+    assert (iter_num, round(best_val_loss, 4)) == (250, 1.4861)
 
 
 def test_continuing_with_other_shapes_trains_the_weights_from_step_0(tmp_path, capsys):
@@ -161,10 +161,8 @@ def test_continuing_with_other_shapes_trains_the_weights_from_step_0(tmp_path, c
     write_meta(tmp_path / "data" / "shakespeare_char")
     model, state = read_checkpoint(ckpt)
     model.crop_block_size(16)
-    run = SimpleNamespace(model=model, optimizer=model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu"),
-                          iter_num=0)
-    continue_training(run, state, ckpt)
-    assert run.iter_num == 0 and not run.optimizer.state
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    assert continue_training(model, optimizer, state, ckpt) == (0, math.inf) and not optimizer.state
     assert "does not fit this model; training its weights from step 0" in capsys.readouterr().out
 
 
@@ -242,7 +240,7 @@ def test_a_changed_nanogpts_model_args_are_refused(tmp_path):
 def test_our_model_with_nanogpts_gelu_is_a_setting_of_its_own():
     model = GPT(GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=1, n_embd=8, gelu="erf"))
     x = torch.linspace(-3, 3, 32).reshape(1, 1, 32)
-    assert torch.allclose(model.blocks[0].mlp.gelu(x), torch.nn.GELU()(x))
+    assert torch.allclose(model.blocks[0].mlp.activation(x), torch.nn.GELU()(x))
     with pytest.raises(ValueError, match="gelu='relu' must be tanh or erf"):
         GPTConfig(gelu="relu")
 

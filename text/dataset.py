@@ -219,6 +219,24 @@ def prepare_main(argv: list[str], out_dir: Path, tokenizer_kind: str, default_te
     main_guard(main, argv)
 
 
+def check_nanogpt_files(path: Path) -> None:
+    """Refuse a nanoGPT data folder (no tokenizer.json and no test.bin, but its meta.pkl or a .bin file) whose
+    train.bin or val.bin is missing or not a whole number of the uint16 tokens its prepare.py writes, naming
+    the file: the checks after this one speak of tokenizer.json, which nanoGPT never writes."""
+    if (path / TOKENIZER_FILE).exists() or (path / "test.bin").exists():
+        return
+    bins = [path / f"{split}.bin" for split in ("train", "val")]
+    if not ((path / "meta.pkl").is_file() or any(file.exists() for file in bins)):
+        return
+    for file in bins:
+        if not file.is_file():
+            raise UserError(f"{file} is missing: nanoGPT's prepare.py writes train.bin and val.bin; run it again")
+        size = file.stat().st_size
+        if size % 2:  # uint16: 2 bytes a token
+            raise UserError(f"{file} has {size:,} bytes, not a whole number of uint16 tokens: the file is cut "
+                            "short or not nanoGPT's; prepare it again with nanoGPT's prepare.py")
+
+
 def resolve_data_dir(dataset: str) -> Path:
     """A dataset name (a folder under data/) or a path to a prepared folder."""
     if not dataset.strip():
@@ -230,6 +248,7 @@ def resolve_data_dir(dataset: str) -> Path:
                         f"{TOKENIZER_FILE} and the .bin files")
     if not path.is_dir():
         path = REPO_ROOT / "data" / dataset
+    check_nanogpt_files(path)
     if (path / TOKENIZER_FILE).is_file() or is_data_folder(path):
         return path
     if all((path / name).is_file() for name in DATASET_FILES if name != TOKENIZER_FILE):

@@ -12,14 +12,21 @@ unsharded bf16 weights of the root group (token table, position table, final Lay
 one running and the one prefetched), and one Block's unsharded gradient before its reduce-scatter. Activations
 are what autograd keeps, counted tensor by tensor for this model (tests/test_memory.py checks the count against
 the bytes autograd saves on CPU), plus the logits' transient copies at the loss.
+
+train.py asks the same counts before it builds a model: check_model_fits and check_batch_fits refuse a model or a
+micro-batch that the memory here (device_memory) cannot hold, in one line before the first step, not as an
+allocator's traceback or the kernel's OOM killer.
 """
 
 import math
+import os
 import sys
+import typing
 from dataclasses import dataclass
 
 import torch
 
+from errors import UserError
 from gpt.model import GPT, GPTConfig
 
 # (n_layer, n_head, n_embd): GPT-2's four, then three of GPT-3's shapes (Brown et al., table 2.1) to find the limits
@@ -79,6 +86,54 @@ def saved_activation_bytes(config: GPTConfig, tokens: int, checkpointing: bool =
     outside = 8 + 4 * h + 8 + 2 * h + 4 * vocab
     blocks = config.n_layer * 4 * h + block if checkpointing else config.n_layer * block
     return tokens * (blocks + outside)
+
+
+def device_memory(device: torch.device) -> int | None:
+    """The bytes of memory on device (a GPU's, or the machine's RAM), where it can be known."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+
+
+MAX_PARAMETERS = 2**50  # past this even the shapes overflow (torch cannot size the tensors, on meta either)
+
+
+def check_model_fits(model_config: GPTConfig, device: torch.device, shards: int = 1) -> None:
+    """Refuse a model whose weights, gradients and AdamW state (training_state_bytes, over `shards` processes
+    under FSDP) exceed the memory here."""
+    h = model_config.n_embd
+    if 12 * model_config.n_layer * h * h + (model_config.vocab_size + model_config.block_size) * h > MAX_PARAMETERS:
+        raise UserError(f"n_layer={model_config.n_layer}, n_embd={h} make more than 2**50 parameters, more than "
+                        "any machine holds; choose a smaller model")
+    parameters = parameter_counts(model_config)["total"]
+    need = sum(training_state_bytes(parameters, shards).values())
+    available = device_memory(device)
+    if available and need > available:
+        raise UserError(f"n_layer={model_config.n_layer}, n_embd={model_config.n_embd}, vocab_size="
+                        f"{model_config.vocab_size} make {parameters // shards:,} parameters: about {need / 1e9:,.1f}"
+                        f" GB to train, but {device} has {available / 1e9:,.1f} GB; choose a smaller model")
+
+
+class BatchSettings(typing.Protocol):
+    """What check_batch_fits reads of a run's settings (train.py's TrainConfig has these fields, among others)."""
+    batch_size: int  # sequences per micro-batch
+    gradient_accumulation_steps: int
+    activation_checkpointing: bool
+
+
+def check_batch_fits(config: BatchSettings, model_config: GPTConfig, device: torch.device) -> None:
+    """Refuse a micro-batch whose activations (saved_activation_bytes, a lower bound: bf16 autocast), or a step
+    whose batch offsets, cannot fit the memory here: found before the first step, not as an allocator's
+    traceback or the kernel's OOM killer."""
+    tokens = config.batch_size * model_config.block_size
+    need = saved_activation_bytes(model_config, tokens, config.activation_checkpointing)
+    need += 8 * config.gradient_accumulation_steps * config.batch_size  # a step's offsets, drawn at once
+    available = device_memory(device)
+    if available and need > available:
+        raise UserError(f"batch_size={config.batch_size} x block_size={model_config.block_size} (x "
+                        f"gradient_accumulation_steps={config.gradient_accumulation_steps}) need at least "
+                        f"{need / 1e9:,.1f} GB for a step, but {device} has {available / 1e9:,.1f} GB; use a smaller "
+                        "batch_size (or fewer gradient_accumulation_steps, or --activation_checkpointing=True)")
 
 
 def per_gpu_bytes(config: GPTConfig, parallel: str, gpus: int, tokens: int, checkpointing: bool,

@@ -7,7 +7,10 @@ where it was compiled), `optimizer`, `model_args` (n_layer, n_head, n_embd, bloc
 with pos_encoding=learned and the exact (erf) GELU of torch's nn.GELU, which nanoGPT uses where GPT-2 used tanh.
 """
 
+import math
 from pathlib import Path
+
+import torch
 
 from errors import UserError
 from text.nanogpt_data import GPT2_VOCAB_SIZE, char_tokenizer, read_meta
@@ -91,21 +94,23 @@ def optimizer_state_fits(saved: object, optimizer) -> bool:
                for i, moments in saved.get("state", {}).items() if "exp_avg" in moments)
 
 
-def continue_training(run, state: dict, source: Path) -> None:
-    """Carry on the run a checkpoint came from (its AdamW moments, step and best val loss) where its optimizer
-    state fits the optimizer built here; else the weights alone are trained from step 0, as a finetune."""
-
-    saved, optimizer = state.get("optimizer"), run.optimizer
+def continue_training(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
+                      source: Path) -> tuple[int, float]:
+    """Carry on the run a checkpoint came from where its optimizer state fits the optimizer built here: load its
+    AdamW moments into optimizer and return its step and best val loss to go on from. Else the weights alone are
+    trained, as a finetune: from step 0, no best val loss yet (0, inf)."""
+    saved = state.get("optimizer")
     if not optimizer_state_fits(saved, optimizer):
         print(f"{source}: its optimizer state does not fit this model; training its weights from step 0")
-        return
+        return 0, math.inf
     settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     try:
-        load_optimizer_state(run.model, optimizer, saved)
+        load_optimizer_state(model, optimizer, saved)
     except (ValueError, KeyError, TypeError, RuntimeError) as e:  # only the file's content can cause these here
         raise UserError(f"{source}: its optimizer state cannot be loaded ({type(e).__name__}: "
                         f"{str(e)[:200]})") from None
     for group, ours in zip(optimizer.param_groups, settings, strict=True):
         group.update(ours)  # the moments are the checkpoint's; betas, weight decay and kernels are this run's
-    run.iter_num, run.best_val_loss = int(state["iter_num"]), float(state["best_val_loss"])
-    print(f"continuing {source} from step {run.iter_num} with its optimizer state")
+    iter_num = int(state["iter_num"])
+    print(f"continuing {source} from step {iter_num} with its optimizer state")
+    return iter_num, float(state["best_val_loss"])
