@@ -2,19 +2,23 @@
     python sample.py --out_dir=out-shakespeare-char-cpu --start="ROMEO:" --stream
     python sample.py --init_from=/path/to/hf/gpt2 --start=FILE:prompt.txt --top_p=0.9
     python sample.py --out_dir=out-shakespeare-char --num_samples=8 --compile   # compiled decode step
+    python sample.py --out_dir=out-shakespeare-char --min_p=0.05 --repetition_penalty=1.2 --logprobs=3
 """
 
+import json
 import math
 import re
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
 from errors import UserError, main_guard
-from gpt.generate import StopText, generate_stream
+from gpt.generate import StopText, check_penalties, generate_stream, token_logprobs
 from gpt.model import GPT
 from options import REPEATED, parse_options
 from text.dataset import read_text
@@ -38,6 +42,11 @@ class SampleConfig:
     temperature: float = 0.8  # divides the logits; 0 means greedy
     top_k: int | None = 200  # keep only the k most likely tokens; None: all
     top_p: float | None = None  # keep the smallest set of tokens whose probability reaches p; None: all
+    min_p: float = 0.0  # keep tokens at least min_p times as likely as the likeliest (after temperature, top_p); 0: off
+    repetition_penalty: float = 1.0  # a counted token's logit / penalty if >= 0, * penalty if < 0 (HF, CTRL); 1: off
+    frequency_penalty: float = 0.0  # subtracted from a token's logit once per time it is counted (OpenAI); 0: off
+    presence_penalty: float = 0.0  # subtracted from the logit of every token counted at least once (OpenAI); 0: off
+    penalty_last_n: int = 0  # the penalties count the last N tokens of prompt + generated text (not the window); 0: all
     slide: int | None = None  # tokens dropped when the context window is full; None: block_size // 2
     seed: int = 1337  # seeds the sampling: sample i draws from seed + i, so it comes out the same alone
     device: str = "auto"  # auto (cuda, then mps, then cpu) | cpu | cuda | mps
@@ -48,6 +57,8 @@ class SampleConfig:
     stop: list[str] = field(default_factory=list, metadata=REPEATED)  # stop before this text (\n: newline); repeatable
     keep_stop: bool = False  # keep the stop text (or <|endoftext|>) at the end of the sample
     end_of_text_stops: bool = True  # <|endoftext|> ends a sample (BPE, GPT-2, char data with documents)
+    logprobs: int | None = None  # write each drawn token's log-prob (the model's) and the K likeliest ones; None: off
+    logprobs_file: str = "logprobs.jsonl"  # where --logprobs writes: JSON lines, one per token of each sample
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_samples <= MAX_SAMPLES:
@@ -64,6 +75,15 @@ class SampleConfig:
             raise ValueError(f"top_k={self.top_k} must be >= 1, or None for all tokens")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1], or None for all tokens")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p={self.min_p} must be in [0, 1] (a fraction of the most likely token's "
+                             "probability; 0 keeps every token)")
+        check_penalties(self.repetition_penalty, self.frequency_penalty, self.presence_penalty, self.penalty_last_n)
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs={self.logprobs} must be >= 0 (the likeliest tokens listed beside each one "
+                             "drawn; 0: the drawn token alone), or None for no log-probabilities")
+        if self.logprobs is not None and not self.logprobs_file:
+            raise ValueError("logprobs_file='' names no file; give --logprobs_file=PATH for the log-probabilities")
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
         if self.start.startswith("FILE:") and not self.start.removeprefix("FILE:").strip():
@@ -145,7 +165,41 @@ def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None)
 
 
 def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None) -> tuple[list[str], int]:
-    """sample(), and the number of tokens generated per sample (fewer than max_new_tokens when all stopped)."""
+    """sample(), and the number of tokens generated per sample (fewer than max_new_tokens when all stopped); with
+    config.logprobs, each sample's tokens and their log-probabilities written to config.logprobs_file."""
+    if config.logprobs is None:
+        texts, steps, _ = draw(model, tokenizer, config, on_text)
+        return texts, steps
+    if config.logprobs > tokenizer.vocab_size:
+        raise UserError(f"logprobs={config.logprobs} must be at most the vocabulary's {tokenizer.vocab_size} tokens; "
+                        f"give --logprobs={tokenizer.vocab_size} or fewer")
+    # Opened before sampling, so that a path that cannot be written is refused before the work, not after it.
+    with open_for_writing(config.logprobs_file, "logprobs_file") as file:
+        steps_logprobs = []  # per step, the tokens and token_logprobs' tensors: on the device until the end
+
+        def keep(logits: torch.Tensor, tokens: torch.Tensor) -> None:
+            steps_logprobs.append((tokens, *token_logprobs(logits, tokens, config.logprobs)))
+
+        texts, steps, kept = draw(model, tokenizer, config, on_text, keep)
+        for line in logprob_lines(tokenizer, steps_logprobs, kept):
+            file.write(line + "\n")
+    print(f"each token's log-probability: {config.logprobs_file}", file=sys.stderr)
+    return texts, steps
+
+
+def open_for_writing(path: str, flag: str) -> TextIO:
+    """path opened for writing as UTF-8 text; one that cannot be (a folder, no such folder, no permission) is a
+    UserError naming the flag."""
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"{flag}={path!r} cannot be written: {e.strerror}; give a writable --{flag}=PATH") from None
+
+
+def draw(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None,
+         on_token=None) -> tuple[list[str], int, list[int]]:
+    """The samples, the steps generated, and how many tokens each sample kept (up to the one that stopped it, which
+    counts); on_token: generate_stream's."""
     device = next(model.parameters()).device
     prompt = encode_prompt(tokenizer, config.start, model.config.block_size)
     idx = torch.tensor([prompt] * config.num_samples, dtype=torch.long, device=device)
@@ -156,17 +210,23 @@ def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_
     with autocast_context(device, choose_dtype(config.dtype, device)):
         stream = generate_stream(model, idx, config.max_new_tokens, config.temperature, config.top_k,
                                  config.top_p, config.slide, use_cache=not config.no_cache, generator=generators,
-                                 vocab_size=tokenizer.vocab_size, compile=config.compile)
+                                 vocab_size=tokenizer.vocab_size, compile=config.compile, min_p=config.min_p,
+                                 repetition_penalty=config.repetition_penalty,
+                                 frequency_penalty=config.frequency_penalty, presence_penalty=config.presence_penalty,
+                                 penalty_last_n=config.penalty_last_n, on_token=on_token)
         if on_text is None and not config.stop and not ends:  # the tokens stay on the device: no sync per token
-            return [tokenizer.decode(row) for row in torch.cat([idx, *stream], dim=1).tolist()], config.max_new_tokens
+            texts = [tokenizer.decode(row) for row in torch.cat([idx, *stream], dim=1).tolist()]
+            return texts, config.max_new_tokens, [config.max_new_tokens] * config.num_samples
         rows = [StopText(tokenizer.decode, tuple(config.stop), ends, config.keep_stop)
                 for _ in range(config.num_samples)]
+        kept = [0] * config.num_samples
         if on_text is not None:
             on_text(tokenizer.decode(prompt))
         steps = 0
         for next_tokens in stream:
             steps += 1
             for number, (row, token) in enumerate(zip(rows, next_tokens[:, 0].tolist(), strict=True)):
+                kept[number] += not row.done
                 piece = row.push(token)
                 if number == 0 and piece and on_text is not None:
                     on_text(piece)
@@ -177,7 +237,26 @@ def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_
         on_text(last)
     for row in rows[1:]:
         row.finish()
-    return [tokenizer.decode(prompt) + row.text for row in rows], steps
+    return [tokenizer.decode(prompt) + row.text for row in rows], steps, kept
+
+
+def logprob_lines(tokenizer: Tokenizer, steps_logprobs: list[tuple[torch.Tensor, ...]],
+                  kept: list[int]) -> Iterator[str]:
+    """One JSON object per token, sample by sample: {"sample", "index" (from 0 in its generated tokens), "id",
+    "token" (its text), "logprob" (nats), "top_logprobs": the K likeliest as [{"id", "token", "logprob"}], likeliest
+    first}: OpenAI's names, with the ids beside them. steps_logprobs: per step, the tokens (B, 1) and token_logprobs'
+    (B, 1), (B, K), (B, K)."""
+    if not steps_logprobs:
+        return
+    tokens, chosen, top_ids, top_values = (torch.stack(parts, dim=1).tolist()
+                                           for parts in zip(*steps_logprobs, strict=True))
+    for number, count in enumerate(kept):
+        for index in range(count):
+            token = tokens[number][index][0]
+            top = [{"id": i, "token": tokenizer.decode([i]), "logprob": value}
+                   for i, value in zip(top_ids[number][index], top_values[number][index], strict=True)]
+            yield json.dumps({"sample": number, "index": index, "id": token, "token": tokenizer.decode([token]),
+                              "logprob": chosen[number][index][0], "top_logprobs": top}, ensure_ascii=False)
 
 
 def main(argv: list[str]) -> None:

@@ -1,11 +1,13 @@
 """The sampler's engine: prefill, the decode loop with its window slide, the static cache and the compiled decode
-step's cache, and the sampling filters (temperature, top-k, top-p). The architecture it runs is model.py's; the
+step's cache, and the logit processors (repetition, frequency and presence penalties, temperature, top-k, top-p,
+min-p) with the log-probabilities of what is drawn. The architecture it runs is model.py's; the
 compiled decode step (compile=True) is fast_decode.py's; the state of generation (the static cache, the weights a
 frozen graph holds) lives in these two modules, not on the model.
 """
 
 import math
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 
 import torch
@@ -23,7 +25,10 @@ _static_caches: "weakref.WeakKeyDictionary[GPT, KVCache]" = weakref.WeakKeyDicti
 def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None, slide: int | None = None,
                     use_cache: bool = True, generator: torch.Generator | list[torch.Generator] | None = None,
-                    vocab_size: int | None = None, compile: bool = False) -> Iterator[torch.Tensor]:
+                    vocab_size: int | None = None, compile: bool = False, min_p: float = 0.0,
+                    repetition_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                    penalty_last_n: int = 0,
+                    on_token: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> Iterator[torch.Tensor]:
     """Yield max_new_tokens tokens, each (B, 1), continuing idx (B, T).
 
     The context window holds at most block_size tokens. When it is full, the oldest `slide` tokens
@@ -33,6 +38,10 @@ def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperat
     vocab_size limits sampling to ids below it: the rows that pad a vocabulary (50257 -> 50304) are no tokens.
     compile=True runs each new token through the compiled decode step (compiled_decode_step); the prompt
     and the re-runs after a slide, whose lengths vary, stay eager. generator: see sample_next_token.
+    The penalties (see penalize) count the tokens of idx and of what has been generated, all of them (penalty_last_n=0)
+    or the last penalty_last_n, whatever the window holds; they act on the logits outside the decode step, before
+    temperature, top_k, top_p and min_p (HF's order). on_token(logits, token) receives each token drawn (B, 1) with the
+    model's own logits it was drawn from (B, vocab), before any penalty or filter (see token_logprobs).
     """
     block_size = model.config.block_size
     slide = block_size // 2 if slide is None else slide
@@ -43,9 +52,20 @@ def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperat
     context = idx[:, -block_size:]
     cache = None if not use_cache else static_cache(model, idx.size(0)) if compile else model.make_cache(idx.size(0))
     decode_step = compiled_decode_step(model) if compile and use_cache else model.decode_step
+    check_penalties(repetition_penalty, frequency_penalty, presence_penalty, penalty_last_n)
+    penalized = (repetition_penalty, frequency_penalty, presence_penalty) != (1.0, 0.0, 0.0)
+    # Neutral penalties count nothing and leave the logits as they are: the samples are those of no penalty at all.
+    counts, window = start_counts(idx, model.config.vocab_size, penalty_last_n) if penalized else (None, None)
     logits = prefill(model, context, cache)
     for step in range(max_new_tokens):
-        next_token = sample_next_token(logits[:, :vocab_size], temperature, top_k, top_p, generator)
+        raw = logits[:, :vocab_size]
+        processed = raw if counts is None else penalize(raw, counts, repetition_penalty, frequency_penalty,
+                                                        presence_penalty)
+        next_token = sample_next_token(processed, temperature, top_k, top_p, generator, min_p)
+        if on_token is not None:
+            on_token(raw, next_token)
+        if counts is not None:
+            count_token(counts, window, next_token)
         yield next_token
         if step == max_new_tokens - 1:
             break
@@ -63,7 +83,8 @@ def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperat
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
              **kwargs) -> torch.Tensor:
     """idx (B, T) followed by max_new_tokens sampled tokens: nanoGPT's model.generate(idx, max_new_tokens,
-    temperature, top_k) as a function of the model; kwargs are generate_stream's (top_p, slide, generator, ...)."""
+    temperature, top_k) as a function of the model; kwargs are generate_stream's (top_p, min_p, slide, generator, the
+    penalties, ...)."""
     new_tokens = list(generate_stream(model, idx, max_new_tokens, temperature, top_k, **kwargs))
     return torch.cat([idx, *new_tokens], dim=1)
 
@@ -109,9 +130,10 @@ GREEDY_BELOW = 1e-6
 
 
 def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None,
-                      generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
-    """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy, and so is any below GREEDY_BELOW.
+                      top_p: float | None = None, generator: torch.Generator | list[torch.Generator] | None = None,
+                      min_p: float = 0.0) -> torch.Tensor:
+    """(B, vocab) logits -> (B, 1) token ids. temperature 0 is greedy, and so is any below GREEDY_BELOW (top_k,
+    top_p and min_p always keep the most likely token, so they change nothing then).
 
     generator: one for the batch (its rows draw one after the other), or a list of one per row, so that a row
     draws the same numbers whatever the batch holds.
@@ -120,7 +142,7 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
         raise ValueError(f"temperature={temperature} must be a finite number >= 0 (0 means greedy)")
     if temperature < GREEDY_BELOW:
         return logits.argmax(dim=-1, keepdim=True)
-    probs = F.softmax(filter_logits(logits.float() / temperature, top_k, top_p), dim=-1)
+    probs = F.softmax(filter_logits(logits.float() / temperature, top_k, top_p, min_p), dim=-1)
     if not isinstance(generator, list):
         noise = torch.empty_like(probs).exponential_(generator=generator)
     elif len(generator) != probs.size(0):
@@ -134,8 +156,10 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     return (probs / noise.clamp_min_(torch.finfo(noise.dtype).tiny)).argmax(dim=-1, keepdim=True)
 
 
-def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
-    """Set to -inf every logit outside the top_k, and outside the smallest set whose probability reaches top_p."""
+def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None,
+                  min_p: float = 0.0) -> torch.Tensor:
+    """Set to -inf every logit outside the top_k, then outside the smallest set whose probability reaches top_p, then
+    every one whose probability is below min_p times the most likely token's (HF's order, after temperature)."""
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k={top_k} must be >= 1")
     if top_k is not None and top_k < logits.size(-1):  # top_k >= the vocabulary keeps every logit: no topk to run
@@ -151,7 +175,81 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
         drop_sorted[..., 0] = False  # the most likely token always stays (a top_p below float32's least is 0)
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
+    if min_p:
+        if not 0.0 <= min_p <= 1.0:
+            raise ValueError(f"min_p={min_p} must be in [0, 1]")
+        # As HF's MinPLogitsWarper: in probabilities, over what top_k and top_p kept. The most likely token passes its
+        # own threshold (min_p <= 1), so at least one token stays.
+        probs = F.softmax(logits, dim=-1)
+        logits = logits.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), float("-inf"))
     return logits
+
+
+def check_penalties(repetition_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                    penalty_last_n: int = 0) -> None:
+    """Refuse penalties that are no numbers to penalise by: a repetition penalty must be finite and > 0 (it divides),
+    the others finite; penalty_last_n >= 0."""
+    if not (math.isfinite(repetition_penalty) and repetition_penalty > 0):
+        raise ValueError(f"repetition_penalty={repetition_penalty} must be a finite number > 0 (1.0 is off)")
+    for name, value in (("frequency_penalty", frequency_penalty), ("presence_penalty", presence_penalty)):
+        if not math.isfinite(value):
+            raise ValueError(f"{name}={value} must be a finite number (0 is off)")
+    if penalty_last_n < 0:
+        raise ValueError(f"penalty_last_n={penalty_last_n} must be >= 0 (0 counts the whole sequence)")
+
+
+def start_counts(idx: torch.Tensor, vocab_size: int, last_n: int = 0) -> tuple[torch.Tensor, deque | None]:
+    """How often each token id occurs in each row of idx (B, T), or in its last last_n tokens: (B, vocab_size) counts,
+    and (last_n > 0) the window of those tokens, (B, 1) columns oldest first, for count_token to slide."""
+    seen = idx if last_n == 0 else idx[:, -last_n:]
+    counts = torch.zeros(idx.size(0), vocab_size, dtype=torch.long, device=idx.device)
+    counts.scatter_add_(1, seen, torch.ones_like(seen))
+    return counts, (deque(seen.split(1, dim=1), maxlen=last_n) if last_n else None)
+
+
+def count_token(counts: torch.Tensor, window: deque | None, token: torch.Tensor) -> None:
+    """Add token (B, 1) to counts in place; with a full window, the oldest token leaves it and its count: the counts
+    stay those of the last window.maxlen tokens. On the device, with no host sync."""
+    ones = torch.ones_like(token)
+    counts.scatter_add_(1, token, ones)
+    if window is not None:
+        if len(window) == window.maxlen:
+            counts.scatter_add_(1, window.popleft(), -ones)
+        window.append(token)
+
+
+def penalize(logits: torch.Tensor, counts: torch.Tensor, repetition_penalty: float = 1.0,
+             frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> torch.Tensor:
+    """logits (B, vocab), in float32, with the tokens counted in counts (B, >= vocab) penalised.
+
+    First the repetition penalty of CTRL (Keskar et al. 2019) as HF's RepetitionPenaltyLogitsProcessor: a present
+    token's logit is divided by the penalty where it is >= 0 and multiplied where it is < 0, so > 1 makes it less
+    likely either way. Then OpenAI's: logit - count * frequency_penalty - (count > 0) * presence_penalty. llama.cpp's
+    penalties apply in that order too; both come before temperature, as in HF and llama.cpp.
+    """
+    counts = counts[:, :logits.size(-1)]
+    present = counts > 0
+    logits = logits.float()
+    if repetition_penalty != 1.0:
+        scaled = torch.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
+        logits = torch.where(present, scaled, logits)
+    if frequency_penalty or presence_penalty:
+        logits = logits - counts * frequency_penalty - present * presence_penalty
+    return logits
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor,
+                   k: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The log-probabilities (nats) of tokens (B, 1) under logits (B, vocab), and the k most likely ids and their
+    log-probabilities (B, k), most likely first: (chosen (B, 1), top ids (B, k), top log-probs (B, k)), on the device.
+
+    generate_stream hands on_token the model's own logits, before penalties, temperature and filters, so these are
+    the model's distribution, as OpenAI's logprobs and llama.cpp's n_probs report it: a token top_k dropped still has
+    its log-probability, and temperature 0 gives the same numbers as 1.
+    """
+    logprobs = F.log_softmax(logits.float(), dim=-1)
+    top = torch.topk(logprobs, k, dim=-1)
+    return logprobs.gather(-1, tokens), top.indices, top.values
 
 
 class StopText:
