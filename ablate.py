@@ -2,6 +2,7 @@
 evaluate every final model the same way on a split no choice looked at, and compare the cells seed by seed.
     python ablate.py config/ablate_positions_budgets.py
     python ablate.py config/ablate_positions.py --variants=learned,none --seeds=2 --max_iters=500
+    python ablate.py config/train_shakespeare_char_cpu.py --variants=learned,rope   (a train config as the base)
 
 Cells. --variants lists cells; a cell is a pos_encoding value ("rope"), or name=value settings of any
 GPTConfig/TrainConfig field separated by spaces ("pos_encoding=sinusoidal sinusoidal_amplitude=1.0", or
@@ -43,9 +44,9 @@ import signal
 import sys
 from pathlib import Path
 
-from errors import main_guard
+from errors import OptionError, main_guard
 from gpt.model import GPTConfig
-from options import parse_options
+from options import parse_options_and_choices
 from study.config import PER_RUN, AblateConfig
 from study.cost import OutOfTime
 from study.jobs import stop_by_exception
@@ -53,9 +54,25 @@ from study.stages import run_study
 from train import TrainConfig
 
 
+def read_options(argv: list[str]) -> tuple[AblateConfig, TrainConfig, GPTConfig]:
+    """The study's configs from config files and flags. A train config (config/train_*.py) may be the study's base:
+    the out_dir it sets is ignored, with a note, since the study gives each run its own folder under study_dir; an
+    --out_dir flag is refused. --help lists neither it nor the other settings the study makes per run."""
+    asked_help = any(arg in ("-h", "--help") for arg in argv)
+    per_run = tuple(set(PER_RUN) - {"overwrite"} - (set() if asked_help else {"out_dir"}))
+    if any(arg.partition("=")[0] == "--out_dir" for arg in argv):
+        raise OptionError("--out_dir is set by the study for each run (<study_dir>/<cell>/seed<N>); give --study_dir "
+                          "for where the study goes")
+    configs, chosen = parse_options_and_choices(argv, (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py",
+                                                description=__doc__, skip=per_run)
+    if "out_dir" in chosen:
+        print(f"note: out_dir={chosen['out_dir']!r} is ignored: each run trains in its own folder under "
+              f"study_dir={configs[0].study_dir!r}", file=sys.stderr)
+    return configs
+
+
 def main(argv: list[str]) -> None:
-    ablate, train_config, model_config = parse_options(argv, (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py",
-                                                       description=__doc__, skip=tuple(set(PER_RUN) - {"overwrite"}))
+    ablate, train_config, model_config = read_options(argv)
     signal.signal(signal.SIGTERM, stop_by_exception)
     try:
         result = run_study(ablate, train_config, model_config)

@@ -93,6 +93,25 @@ def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: 
     write_atomic(study_dir / STUDY_FILE, json.dumps(identity, indent=1))
 
 
+def check_own_folders(plan: list[StudyRun], study_dir: Path) -> None:
+    """Refuse a run whose folder, or a folder above it inside study_dir, is a link: reusing what it points to is
+    safe, but pruning, training again and rebuilding would change that folder, another study's run or another run
+    of this one. Found before anything is written."""
+    checked: set[Path] = set()
+    for run in plan:
+        folder = study_dir
+        for part in run.dir.relative_to(study_dir).parts:
+            folder = folder / part
+            if folder in checked:
+                continue
+            checked.add(folder)
+            if folder.is_symlink():
+                target = folder.resolve()
+                raise UserError(f"{folder} is a link to {target}: a study writes, prunes and trains only inside its "
+                                f"own folder; copy the run in instead (rm {folder} && cp -r {target} {folder}), or "
+                                "choose another --study_dir")
+
+
 def check_modes(plan: list[StudyRun], ablate: AblateConfig) -> None:
     """--run_index within the plan, --jobs within the runs and the CPUs: checked before anything trains."""
     if ablate.run_index >= len(plan):

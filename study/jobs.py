@@ -56,10 +56,11 @@ def take_free_runs(plan: list[StudyRun], ablate: AblateConfig, records: dict[int
 
 
 def prune_checkpoints(plan: list[StudyRun], finished: StudyRun) -> None:
-    """--keep_checkpoints=False: remove the checkpoints of the just-finished run and of the run it continues, each
-    once no run of the plan still needs it (every run that starts from it finished) and no process holds it. A run
-    whose checkpoint is gone keeps its record and evaluation, which is all that reuse and the report need."""
-    for run in [finished, *(r for r in plan if r.dir == finished.start_from)]:
+    """--keep_checkpoints=False: remove the checkpoints of the just-finished run and of every run it continues (a
+    start's start is there too when the records alone continued the study: rebuild_checkpoint trained it again),
+    each once no run of the plan still needs it (every run that starts from it finished) and no process holds it.
+    A run whose checkpoint is gone keeps its record and evaluation, which is all that reuse and the report need."""
+    for run in with_starts(plan, finished):
         if any(not (other.dir / DONE_FILE).is_file() for other in plan if other.start_from == run.dir):
             continue  # a branch or a later segment still copies it
         with contextlib.ExitStack() as stack:
@@ -117,8 +118,8 @@ def job(plan: list[StudyRun], ablate: AblateConfig, threads: int, time_box: Time
     torch.set_num_threads(threads)
     code_version()  # before any run: the code this worker imported
     signal.signal(signal.SIGTERM, stop_by_exception)
-    stop_when_orphaned(parent)
     try:
+        stop_when_orphaned(parent)  # in the try: a parent already gone has its watcher signal before start() returns
         take_free_runs(plan, ablate, {}, False, tqdm(disable=True), 0, time_box)
         stopped_by = 0
     except Interrupted as stopped:
@@ -150,10 +151,10 @@ def run_jobs(plan: list[StudyRun], ablate: AblateConfig, time_box: TimeBox | Non
             worker.join()
 
 
-def with_starts(plan: list[StudyRun], index: int) -> list[StudyRun]:
-    """Run index of the plan and the runs it continues (a wsd branch's constant-rate segments), earliest first."""
-    by_dir = {run.dir: run for run in plan}
-    runs = [plan[index]]
+def with_starts(plan: list[StudyRun], run: StudyRun) -> list[StudyRun]:
+    """A run of the plan and the runs it continues (a wsd branch's constant-rate segments), earliest first."""
+    by_dir = {other.dir: other for other in plan}
+    runs = [run]
     while runs[0].start_from is not None:
         runs.insert(0, by_dir[runs[0].start_from])
     return runs
@@ -162,7 +163,7 @@ def with_starts(plan: list[StudyRun], index: int) -> list[StudyRun]:
 def train_one(plan: list[StudyRun], ablate: AblateConfig, max_iters: int, show: bool) -> None:
     """--run_index=K: train and evaluate run K alone (a job array's task), after the runs it continues (trained
     here unless finished; waited for while another task trains them); Interrupted when a signal stopped it."""
-    *starts, run = with_starts(plan, ablate.run_index)
+    *starts, run = with_starts(plan, plan[ablate.run_index])
     try:
         with contextlib.ExitStack() as stack:
             holder = claim(run, stack)
@@ -178,6 +179,8 @@ def train_one(plan: list[StudyRun], ablate: AblateConfig, max_iters: int, show: 
     except Interrupted:
         print("interrupted: the run is unfinished and will start again on the next run of ablate.py")
         raise
+    if not ablate.keep_checkpoints:  # its lock let go: prune_checkpoints skips a run that a process holds
+        prune_checkpoints(plan, run)
 
 
 def finished_records(plan: list[StudyRun], ablate: AblateConfig) -> list[dict]:

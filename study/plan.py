@@ -177,9 +177,31 @@ def run_plan(ablate: AblateConfig, train_config: "TrainConfig", model_config: "G
     """The study's runs at every budget, seed by seed; cells default to study_cells."""
     cells = study_cells(ablate) if cells is None else cells
     configured = configured_cells(cells, train_config, model_config)
+    check_cell_lengths(cells, ablate, train_config)
     plan = budget_plan(configured, Path(ablate.study_dir), study_seeds(ablate), ablate.budgets or [None],
                        ablate.eval_split)
     return with_finetunes(plan + extra_runs(plan, ablate, configured), cells, ablate)
+
+
+def check_cell_lengths(cells: list[dict], ablate: AblateConfig, train_config: "TrainConfig") -> None:
+    """A cell of its own max_iters is refused before anything trains: without --budgets the tables compare every
+    cell at the study's max_iters (a cell of another length was left out of them without a word, or, alone, left
+    no report), and with them each budget sets every run's max_iters (the cell's did nothing). A from_cell
+    finetune's max_iters is its own run's length: it is reported at its base's budget."""
+    for cell in cells:
+        if FROM_CELL in cell or "max_iters" not in cell:
+            continue
+        name, steps = cell_name(cell), cell["max_iters"]
+        if ablate.budgets:
+            budgets = ",".join(map(str, ablate.budgets))
+            raise OptionError(f"cell {name!r} sets max_iters={steps}, but --budgets={budgets} sets every run's: it "
+                              f"would do nothing; drop max_iters from the cell (and add {steps} to --budgets to train "
+                              "every cell that long)")
+        if steps != train_config.max_iters:
+            both = ",".join(map(str, sorted({train_config.max_iters, steps})))
+            raise OptionError(f"cell {name!r} sets max_iters={steps}, but the study compares every cell at its "
+                              f"max_iters={train_config.max_iters}; drop max_iters from the cell, or train every cell "
+                              f"to both with --budgets={both}")
 
 
 def extra_runs(plan: list[StudyRun], ablate: AblateConfig, cells: list[Cell]) -> list[StudyRun]:

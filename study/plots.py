@@ -1,15 +1,21 @@
 """The plots of a study (ablate.py): one function per figure, each reading the study's records and summary."""
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
+from errors import UserError
+from files import atomic_files
 from study.paired_stats import CONFIDENCE, interval
 
 BAND = f"bands: {CONFIDENCE:.0%} t interval over seeds"
+# What a report that could not be written says: the runs are done and recorded, only their report is missing.
+REPORT_FIX = ("the runs' records are whole: free space (or make the folder writable) and run again with "
+              "--report_only=True")
 
 
 def pyplot():
@@ -46,9 +52,21 @@ def interval_line(ax, points: list[tuple], color: str, label: str, style: str = 
     return xs, means
 
 
+def write_report_file(path: Path, write: Callable[[Path], object]) -> None:
+    """write(temp) to a temporary file beside path, which then replaces it (files.atomic_files): a full disk leaves
+    the file as it was, never half a plot, and is one line naming the file, the error and the fix."""
+    try:
+        with atomic_files(path) as (temp,):
+            write(temp)
+    except UserError as e:  # atomic_files' OSError: the file and the error
+        raise UserError(f"{e}; {REPORT_FIX}") from None
+
+
 def save(fig, path: Path) -> None:
-    fig.savefig(path, dpi=100)
-    pyplot().close(fig)
+    try:
+        write_report_file(path, lambda temp: fig.savefig(temp, dpi=100, format="png"))  # temp ends in .tmp
+    finally:
+        pyplot().close(fig)
 
 
 def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str:

@@ -121,13 +121,24 @@ def checkpoint_identity(path: Path) -> dict:
     out_dir), so the same training in another folder, or a checkpoint trained again, would differ. Computed once
     per file as it is on disk (a rewrite is a new inode or mtime): a study checks each run's checkpoint in its
     check before training, its reuse and its evaluation's key, and each time was a whole load."""
+    return dict(checkpoint_facts(path)[0])
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint was saved at (its iter_num), from the same cached load as checkpoint_identity: what a
+    record's iter_num must say, edited or not."""
+    return checkpoint_facts(path)[1]
+
+
+def checkpoint_facts(path: Path) -> tuple[dict, int]:
+    """(checkpoint_identity, checkpoint_step) of the file at path, loaded once per file as it is on disk."""
     stat = path.stat()
-    return dict(state_identity(str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return state_facts(str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=256)
-def state_identity(path: str, inode: int, size: int, mtime_ns: int) -> dict:
-    """checkpoint_identity of the file at path with this inode, size and mtime (the cache's key)."""
+def state_facts(path: str, inode: int, size: int, mtime_ns: int) -> tuple[dict, int]:
+    """(checkpoint_identity, checkpoint_step) of the file at path with this inode, size and mtime (the cache's key)."""
     state = load_checkpoint(Path(path))
     found = hashlib.sha256()
 
@@ -146,7 +157,7 @@ def state_identity(path: str, inode: int, size: int, mtime_ns: int) -> dict:
             found.update(repr(value).encode())
 
     add({key: state[key] for key in ("model", "optimizer", "rng", "iter_num", "best_val_loss")})
-    return {"sha256": found.hexdigest(), "of": "weights, optimizer and random states, step"}
+    return {"sha256": found.hexdigest(), "of": "weights, optimizer and random states, step"}, int(state["iter_num"])
 
 
 # The instruction sets torch's CPU kernels (oneDNN, MKL, inductor's code) are chosen by: two CPUs of one model name

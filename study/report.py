@@ -2,6 +2,7 @@
 comparisons (Holm within each), and results.md/.csv/.json."""
 
 import csv
+import functools
 import io
 import itertools
 import json
@@ -12,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from files import write_atomic
 from gpt.model import GPT
 from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry, untrained_buckets
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
 from study.plan import StudyRun
-from study.plots import plot_all, seed_entries
+from study.plots import plot_all, seed_entries, write_report_file
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
 from train import build_model
@@ -255,6 +255,8 @@ def header_lines(ablate: AblateConfig, plan: list[StudyRun], records: list[dict]
     eval_minutes = sum(r["eval"]["seconds"] for r in records) / 60
     seeds = sorted({r["seed"] for r in records})
     counts, compute = records[0]["eval"], study["compute_seconds"]
+    # The runs' threads (the order of a float sum changes with them), not this process's; older records lack them
+    threads = " or ".join(str(n) for n in sorted({r["provenance"].get("threads", 0) for r in records}) if n) or "?"
     lines = [
         f"# Study: {', '.join(dict.fromkeys(study['labels'][r.variant] for r in plan))}", "",
         (f"Dataset `{first.dataset}`, scored on its **{study['split']}** split ({counts['tokens']:,} tokens, "
@@ -272,7 +274,7 @@ def header_lines(ablate: AblateConfig, plan: list[StudyRun], records: list[dict]
         f"weights and the same batches). Compute at this budget: {train_minutes:.1f} min of training and "
         f"{eval_minutes:.1f} min of evaluation in all; the whole study (every budget"
         + (", the learning-rate sweep" if study["lr_sweep"] else "") + f"): {compute['train'] / 60:.1f} + "
-        f"{compute['eval'] / 60:.1f} min; {torch.get_num_threads()} torch thread(s).", "",
+        f"{compute['eval'] / 60:.1f} min; each run on {threads} torch thread(s).", "",
         f"Each number is the mean over {len(seeds)} seed(s) ± the half-width of its {CONFIDENCE:.0%} t confidence "
         f"interval. Every run's **final** model ({CHECKPOINT}) is scored on the **whole** {study['split']} split at "
         "each length L"
@@ -424,11 +426,11 @@ def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[di
                       *comparison_table(found, block_size, labels)]
     lines += comparison_notes(families, study["ablate_config"]["equivalence_margin"])
     lines += [""] + [f"![{name}]({name}.png)" for name in plots]
-    write_atomic(study_dir / "results.md", "\n".join(lines) + "\n")
-    write_atomic(study_dir / "results.csv", results_csv(rows, budgets))
-    write_atomic(study_dir / "results.json", json.dumps(
-        {**study, "summary": rows, "comparisons": families, "budgets": budgets,
-         "runs": [run_summary(r) for r in records]}, indent=1))
+    results = {"results.md": "\n".join(lines) + "\n", "results.csv": results_csv(rows, budgets),
+               "results.json": json.dumps({**study, "summary": rows, "comparisons": families, "budgets": budgets,
+                                           "runs": [run_summary(r) for r in records]}, indent=1)}
+    for name, text in results.items():
+        write_report_file(study_dir / name, functools.partial(Path.write_text, data=text))
 
 
 def run_summary(record: dict) -> dict:

@@ -28,6 +28,7 @@ from study.records import (
     RUN_RECORDS,
     changed_settings,
     checkpoint_identity,
+    checkpoint_step,
     data_identity,
     digest,
     provenance,
@@ -78,9 +79,15 @@ def finished_record(run: StudyRun, overwrite: bool) -> dict | None:
                         "delete it, give --overwrite=True to train it again, or choose another --study_dir")
     if changed:
         return None
-    if checkpoint.is_file() and checkpoint_identity(checkpoint) != record["checkpoint"]:
+    if not checkpoint.is_file():
+        return record
+    if checkpoint_identity(checkpoint) != record["checkpoint"]:
         raise UserError(f"{checkpoint} is not the checkpoint {done_file} recorded; delete {run.dir} to train "
                         "the run again, or remove the checkpoint to keep the record alone")
+    if checkpoint_step(checkpoint) != record["iter_num"]:  # its digest computed again after an edit
+        raise UserError(f"{done_file} says the run trained {record['iter_num']} steps, but its {CHECKPOINT} was saved "
+                        f"at step {checkpoint_step(checkpoint)}: the record was edited; put it back as the study wrote "
+                        f"it, or delete {run.dir} to train the run again")
     return record
 
 

@@ -14,6 +14,7 @@ from gpt.model import GPTConfig
 from study.cells import cell_name, study_cells, with_resolved_dtype
 from study.config import AblateConfig
 from study.evaluation import eval_lengths, sliding_geometry, untrained_buckets
+from study.folder import check_own_folders
 from study.jobs import finished_records, study_records
 from study.paired_stats import CONFIDENCE
 from study.plan import StudyRun, from_cells, headline_budget, lr_sweep_plan, pick_learning_rates, run_plan
@@ -104,6 +105,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     names = [cell_name(c) for c in cells]
     sweep_plan = lr_sweep_plan(ablate, train_config, model_config, cells)  # the own rates' settings checked too
     check_before_training(ablate, plan, names)
+    check_own_folders([*plan, *sweep_plan], study_dir)
     sweep = None
     if sweep_plan:
         sweep, stopped_by = own_learning_rates(ablate, sweep_plan, train_config, model_config, cells)
@@ -111,6 +113,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
             return {"interrupted": stopped_by}
         own = own_rate_cells(cells, sweep["picks"], train_config.learning_rate)
         plan = run_plan(ablate, train_config, model_config, cells + own)
+        check_own_folders(plan, study_dir)  # the cells at their own rates: folders of their own
         sweep["own"] = {cell_name(c): cell_name({**c, "learning_rate": sweep["picks"][cell_name(c)]})
                         if sweep["picks"][cell_name(c)] != train_config.learning_rate else cell_name(c)
                         for c in cells}

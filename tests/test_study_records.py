@@ -377,3 +377,30 @@ def test_every_committed_study_is_the_one_its_config_describes(monkeypatch):
         assert cells == [cell_name(cell) for cell in study_cells(settings)], path.name
         checked.append(path.name)
     assert "ablate_positions_budgets.py" in checked and len(checked) >= 5
+
+
+def test_pruning_reaches_checkpoints_trained_again_two_runs_back(reference, tmp_path):
+    """Records alone, the last branch of a seed to run: its start (stable6) and that start's (stable3) are trained
+    again, and --keep_checkpoints=False pruned the first but never the second."""
+    fresh = tmp_path / "fresh"
+    copy_records(reference / "study", fresh)
+    for branch in fresh.glob("*/seed1338/8steps"):
+        shutil.rmtree(branch)
+    run_study(*configs(fresh, reference / "data", keep_checkpoints=False))
+    assert not list(fresh.rglob("*.pt"))
+    assert report(fresh) == report(reference / "study")
+
+
+def test_the_report_names_the_threads_the_runs_trained_on(reference, tmp_path, capsys):
+    """Was: the thread count of the process that wrote the report, whatever the runs had."""
+    import torch
+
+    study_dir = tmp_path / "study"
+    copy_records(reference / "study", study_dir)
+    try:
+        code, _, err = cli(ablate.main, flags(study_dir, reference / "data", report_only=True, threads=3), capsys)
+    finally:
+        torch.set_num_threads(1)
+    assert code == 0, err
+    text = (study_dir / "results.md").read_text()
+    assert "each run on 1 torch thread(s)" in text and "3 torch thread" not in text

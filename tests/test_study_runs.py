@@ -372,10 +372,11 @@ def test_a_signal_stops_every_job_within_seconds_and_keeps_finished_runs(referen
     study_dir = tmp_path / "study"
     shutil.copytree(reference / "study", study_dir)
     before = kept(study_dir)
-    long_cell = "rope max_iters=1000000 lr_decay_iters=1000000"
+    long_cell = "learned max_iters=1000000 lr_decay_iters=1000000 from_cell=learned"  # a finetune of its own length
     process = start(flags(study_dir, reference / "data", variants=f"learned,none,{long_cell}", jobs=2, threads=1,
                           overwrite=True), script_env)
-    metrics = study_dir / "rope_max_iters=1000000_lr_decay_iters=1000000" / "seed1337" / "metrics.jsonl"
+    metrics = study_dir / "learned_max_iters=1000000_lr_decay_iters=1000000_from_cell=learned" / "seed1337" / \
+        "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and metrics.stat().st_size > 0):
         assert time.monotonic() < deadline and process.poll() is None, process.communicate()
@@ -417,3 +418,121 @@ def test_a_trained_runs_line_reaches_stdout_in_one_write(tmp_path, monkeypatch):
     study_run.finish_run(run, [run], AblateConfig(), study_run.tqdm(disable=True), 0)
     lines = [w for w in writes if w]
     assert lines == [f"trained {run.dir}: 7 steps, final val estimate 1.5000\n"]
+
+
+# ---------------------------------------------------------------------------------------------------- issue 45
+
+
+@pytest.mark.parametrize("level", ["seed", "cell"])
+def test_a_run_linked_to_another_studys_is_refused_and_that_run_kept(reference, tmp_path, capsys, level):
+    """Was: <cell>/seed1337 a link to another study's run of the same settings was reused, and
+    --keep_checkpoints=False then deleted that study's ckpt.pt and best.pt through the link."""
+    other, mine = tmp_path / "other", tmp_path / "mine"
+    shutil.copytree(reference / "study", other)
+    link = mine / "learned" / "seed1337" if level == "seed" else mine / "learned"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(other / link.relative_to(mine), target_is_directory=True)
+    before = kept(other)
+    for mode in (dict(keep_checkpoints=False), dict(report_only=True)):
+        result = cli(ablate.main, flags(mine, reference / "data", **mode), capsys)
+        assert_one_line_error(*result, f"{link} is a link to {other / link.relative_to(mine)}", "cp -r")
+        assert kept(other) == before
+        assert os.listdir(mine) == ["learned"] and (level == "cell" or os.listdir(mine / "learned") == ["seed1337"])
+
+
+@pytest.mark.parametrize("what", ["a plot", "results.md"])
+def test_a_full_disk_while_writing_the_report_is_one_line_and_keeps_the_records(reference, tmp_path, capsys,
+                                                                                 monkeypatch, what):
+    """Was: a plot written in place by savefig, its OSError a traceback that left half a PNG."""
+    import errno
+
+    import matplotlib.figure
+
+    study_dir = tmp_path / "study"
+    shutil.copytree(reference / "study", study_dir)
+    before = kept(study_dir)
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if what == "a plot":
+        def savefig(self, fname, *args, **kwargs):
+            Path(fname).write_bytes(b"\x89PNG half a plot")
+            raise full
+
+        monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+        failed = study_dir / "training.png"
+    else:
+        write_text = Path.write_text
+
+        def half_written(self, data, *args, **kwargs):
+            if self.name.startswith("results.md"):
+                write_text(self, data[:10])
+                raise full
+            return write_text(self, data, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "write_text", half_written)
+        failed = study_dir / "results.md"
+    result = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
+    assert_one_line_error(*result, f"could not write {failed}: No space left on device", "--report_only=True")
+    after = kept(study_dir)
+    assert not [name for name in after if name.endswith(".tmp")]
+    assert {k: v for k, v in after.items() if not k.endswith(".png")} == {
+        k: v for k, v in before.items() if not k.endswith(".png")}  # records and results as they were
+    assert after[failed.name] == before[failed.name]
+
+
+@pytest.mark.parametrize("shape", ["alone", "beside another cell", "with budgets"])
+def test_a_cell_of_another_length_is_refused_before_anything_trains(reference, tmp_path, capsys, shape):
+    """Was: alone, it trained and the report ended in an IndexError; beside another cell, it was left out of the
+    main table and the comparisons without a word; with --budgets, its max_iters did nothing."""
+    variants = {"alone": "rope max_iters=6", "beside another cell": "learned,rope max_iters=6",
+                "with budgets": "learned,rope max_iters=6"}[shape]
+    extra = {"budgets": "4,8"} if shape == "with budgets" else {}
+    result = cli(ablate.main, flags(tmp_path / "study", reference / "data", variants=variants, **extra), capsys)
+    budget = "--budgets=4,8" if extra else "max_iters=4"
+    assert_one_line_error(*result, "cell 'rope max_iters=6' sets max_iters=6", budget, "drop max_iters from the cell")
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_train_config_is_a_studys_base_and_its_out_dir_is_ignored(reference, tmp_path, capsys, monkeypatch):
+    """Was: ablate.py config/train_shakespeare_char_cpu.py refused for its out_dir ("unknown option")."""
+    study_dir = tmp_path / "study"
+    shutil.copytree(reference / "study", study_dir)
+    base = tmp_path / "train_tiny.py"
+    base.write_text(f'out_dir = "{tmp_path / "out-tiny"}"\nbatch_size = 4\n')
+    before = {k: v for k, v in kept(study_dir).items() if k.endswith(("done.json", "eval.json", "study.json"))}
+    code, out, err = cli(ablate.main, [base, *flags(study_dir, reference / "data")], capsys)
+    assert code == 0 and "trained" not in out, err  # the same study: out_dir is no setting of it
+    [note] = err.strip().splitlines()
+    assert note.startswith(f"note: out_dir='{tmp_path / 'out-tiny'}' is ignored") and str(study_dir) in note
+    assert not (tmp_path / "out-tiny").exists()
+    assert {k: v for k, v in kept(study_dir).items() if k in before} == before
+    # The repository's own train config reads as a study's base; an out_dir flag is refused in one line.
+    monkeypatch.chdir(REPO)
+    _, train_config, model_config = ablate.read_options(["config/train_shakespeare_char_cpu.py", "--variants=rope"])
+    assert train_config.dataset == "shakespeare_char" and model_config.n_layer == 4
+    result = cli(ablate.main, flags(tmp_path / "another", reference / "data", out_dir=tmp_path / "x"), capsys)
+    assert_one_line_error(*result, "--out_dir", "--study_dir")
+    assert not (tmp_path / "another").exists() and not (tmp_path / "x").exists()
+
+
+def test_a_record_whose_steps_its_checkpoint_contradicts_is_refused(reference, tmp_path, capsys):
+    """Was: an edited iter_num with its digest computed again was believed, though the run's checkpoint on disk
+    was saved at another step."""
+    study_dir = tmp_path / "study"
+    shutil.copytree(reference / "study", study_dir)
+    done = study_dir / RUNS[0] / "done.json"
+    record = json.loads(done.read_text())
+    record["iter_num"] = 99999
+    done.write_text(run_records.sealed({k: v for k, v in record.items() if k != "digest"}))
+    before = kept(study_dir)
+    result = cli(ablate.main, flags(study_dir, reference / "data", report_only=True), capsys)
+    assert_one_line_error(*result, str(done), "99999", "step 4", f"delete {study_dir / RUNS[0]}")
+    assert kept(study_dir) == before
+
+
+def test_run_index_prunes_checkpoints_when_asked(reference, tmp_path, capsys):
+    """--keep_checkpoints=False with --run_index: the run's checkpoints go once it is evaluated (they were kept)."""
+    study_dir = tmp_path / "study"
+    code, out, err = cli(ablate.main, flags(study_dir, reference / "data", run_index=0, keep_checkpoints=False),
+                         capsys)
+    assert code == 0, err
+    assert (study_dir / RUNS[0] / "eval.json").is_file() and not list((study_dir / RUNS[0]).glob("*.pt"))
