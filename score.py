@@ -14,23 +14,34 @@ context only; every later one is scored once:
   nonoverlapping  the text cut into windows of --length tokens; a token sees the tokens before it in its window
 Bits per byte divide the same information by the UTF-8 bytes the scored tokens stand for: comparable across
 tokenizers ("my model against GPT-2 on my text").
+
+The text streams through: read --chunk_bytes at a time, cut only where its pieces tokenize as the whole text does,
+and scored as its tokens arrive, so memory holds a few chunks and a batch of pieces whatever the text's length. A
+bar of the bytes read shows on stderr when it is a terminal (--progress=False: none).
 """
 
+import codecs
+import contextlib
 import json
 import math
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from errors import OptionError, UserError, main_guard
+from files import atomic_files, special_file_kind
 from gpt.positions import encoding_of
 from options import REPEATED, parse_options
 from sample import load_model
-from study.evaluation import model_losses, token_losses
-from text.dataset import read_text
-from text.tokenizer import bits_per_unit, token_byte_counts
+from study.evaluation import model_losses, piece_losses
+from text.cuts import MAX_PIECE_FACTOR, MIN_FORCED_CUT, char_start_before_end, safe_cut
+from text.tokenizer import CharTokenizer, Tokenizer, bits_per_unit, token_byte_counts
 from training.devices import choose_device, choose_dtype
 
 PROTOCOLS = ("sliding", "nonoverlapping")
@@ -47,6 +58,8 @@ class ScoreConfig:
     length: int = 0  # nonoverlapping: tokens per window; 0: the model's block_size (more where its encoding allows)
     per_token: str = ""  # a JSON-lines file of every scored token: its index, id, text and log-probability (nats)
     batch_size: int = 16  # pieces per forward pass
+    chunk_bytes: int = 1 << 20  # text read and tokenized at a time; memory holds a few chunks, not the whole text
+    progress: bool = True  # show a tqdm bar of the bytes read (on stderr, when it is a terminal)
     device: str = "auto"  # auto (cuda > mps > cpu) | cpu | cuda | cuda:N | mps
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16 (autocast)
 
@@ -56,33 +69,150 @@ class ScoreConfig:
         for name in ("window", "stride", "length"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0 (0: the default)")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size={self.batch_size} must be at least 1")
+        if self.batch_size < 1 or self.chunk_bytes < 1:
+            raise ValueError(f"batch_size={self.batch_size} and chunk_bytes={self.chunk_bytes} must be at least 1")
         if self.stride and self.window and self.stride > self.window:
             raise ValueError(f"stride={self.stride} is longer than window={self.window}: tokens between pieces "
                              "would go unscored; give a stride of at most the window")
 
 
-def read_inputs(inputs: list[str]) -> str:
-    """The text of the files given, one after the other ('-': standard input)."""
-    if not inputs:
-        raise OptionError("no --input: give the text file to score (--input=FILE, repeatable; --input=- for stdin)")
-    texts = []
+def input_size(name: str) -> int:
+    """The bytes of the file an --input names, checked before the model loads: a missing, special or empty file
+    is a UserError."""
+    file = Path(name)
+    if file.is_dir():
+        raise UserError(f"--input {name!r} is a folder, not a text file")
+    if kind := special_file_kind(file):
+        raise UserError(f"--input {name!r} is {kind}, not a regular file; give the path of a text file "
+                        "(--input=- reads standard input)")
+    if not file.is_file():
+        raise UserError(f"--input {name!r} does not exist")
+    if not (size := file.stat().st_size):
+        raise UserError(f"--input {name!r} is empty")
+    return size
+
+
+def input_blocks(inputs: list[str], chunk_bytes: int, bar: tqdm) -> Iterator[bytes]:
+    """The bytes of the inputs one after the other ('-': standard input), chunk_bytes at a time. Each file is
+    checked to be UTF-8 on its own as it is read: a piece of text may span two files, and its error must still
+    name the file and the offset in it."""
     for name in inputs:
-        if name == "-":
-            text = sys.stdin.buffer.read()
-            try:
-                texts.append(text.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                raise UserError(f"standard input is not UTF-8 text: byte {text[e.start]:#x} at offset {e.start} "
-                                "cannot be decoded") from None
+        source = "standard input" if name == "-" else f"--input {name!r}"
+        check, offset = codecs.getincrementaldecoder("utf-8")(), 0
+        try:
+            with contextlib.nullcontext(sys.stdin.buffer) if name == "-" else open(name, "rb") as file:
+                while True:
+                    block = file.read(chunk_bytes)
+                    carried = len(check.getstate()[0])  # the bytes of a character the last block ended inside
+                    try:
+                        check.decode(block, final=not block)
+                    except UnicodeDecodeError as e:
+                        raise UserError(f"{source} is not UTF-8 text: byte {e.object[e.start]:#x} at offset "
+                                        f"{offset - carried + e.start} cannot be decoded") from None
+                    if not block:
+                        break
+                    offset += len(block)
+                    bar.update(len(block))
+                    yield block
+        except OSError as e:
+            raise UserError(f"{source} cannot be read: {e.strerror or e}") from None
+
+
+def text_pieces(blocks: Iterable[bytes], chunk_bytes: int, any_character: bool) -> Iterator[str]:
+    """The text of the blocks in pieces of about chunk_bytes, cut where the pieces' tokens are the whole text's:
+    at any character start for a char tokenizer (any_character), else where GPT-2's pre-tokenization starts a
+    piece whatever follows (text/cuts.py's safe_cut: a line or a word start; a stretch of
+    max(MAX_PIECE_FACTOR * chunk_bytes, MIN_FORCED_CUT) bytes without one is cut at a character)."""
+    pending, longest = bytearray(), max(MAX_PIECE_FACTOR * chunk_bytes, MIN_FORCED_CUT)
+    for block in blocks:
+        pending += block
+        cut = char_start_before_end(pending) if any_character else safe_cut(pending, longest)
+        if cut:
+            yield pending[:cut].decode("utf-8")  # checked UTF-8 (input_blocks), cut at a character's start
+            del pending[:cut]
+    if pending:
+        yield pending.decode("utf-8")
+
+
+def next_pieces(position: tuple[int, int, int], known: int, final: bool, length: int, window: int,
+                stride: int) -> tuple[list[tuple[int, int, int]], tuple[int, int, int]]:
+    """study/evaluation.py's forward_pieces, as the targets arrive: the pieces (start, size, scored_from) that
+    the first `known` targets settle (all the rest, when final: known is then all of them), from position
+    (the window's start, the next piece's start, the end of the targets scored), and the position after them.
+    A piece is settled once a target past it has arrived: only the last piece of a window aligns to its end."""
+    window_start, start, scored_to = position
+    pieces = []
+    while window_start < known:
+        size = min(length, known - window_start)
+        settled = final or window_start + length <= known
+        if settled and size <= window:
+            pieces.append((window_start, size, 0))
         else:
-            texts.append(read_text(name, what="--input"))
-    return "".join(texts)
+            last = window_start + size - window
+            while start < last:
+                pieces.append((start, window, scored_to - start))
+                scored_to, start = start + window, start + stride
+            if not settled:
+                break
+            pieces.append((last, window, scored_to - last))
+        window_start += length
+        start = scored_to = window_start
+    return pieces, (window_start, start, scored_to)
+
+
+def scored_batches(chunks: Iterable[np.ndarray], length: int, window: int, stride: int,
+                   batch_size: int) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
+    """The pieces of next_pieces for a text whose tokens arrive in chunks, batch_size of one size at a time:
+    (held, first, batch), held the tokens first, first + 1, ... of the text, batch the pieces' rows (start, size,
+    scored_from) by index in the whole text. Only the tokens from the oldest piece not yet scored on are held:
+    at most a batch of pieces and a chunk. A batch is full or the last of its size, whatever the chunks, so that
+    every chunk size gives the same forwards."""
+    held, first, position, batch = np.empty(0, dtype=np.int64), 0, (0, 0, 0), []
+    chunks = iter(chunks)
+    while True:
+        chunk = next(chunks, None)
+        if chunk is not None:
+            held = np.concatenate([held, chunk])
+        known = first + len(held) - 1
+        pieces, position = next_pieces(position, known, chunk is None, length, window, stride)
+        for piece in pieces:
+            if batch and piece[1] != batch[0][1]:
+                yield held, first, np.array(batch, dtype=np.int64)
+                batch = []
+            batch.append(piece)
+            if len(batch) == batch_size:
+                yield held, first, np.array(batch, dtype=np.int64)
+                batch = []
+        if chunk is None:
+            if batch:
+                yield held, first, np.array(batch, dtype=np.int64)
+            return
+        # The oldest token a piece still reads: the batch's first, the next piece's, or (before the next
+        # piece, by less than a stride) a window's last piece, which ends where the text does, past `known`.
+        keep = max(min(batch[0][0] if batch else position[1], known - window) - first, 0)
+        held, first = held[keep:], first + keep
+
+
+@contextlib.contextmanager
+def per_token_file(path: str) -> Iterator[TextIO | None]:
+    """The file to write each scored token to as it comes (None when path is empty); it replaces path only
+    once the whole text is scored, so that a failure midway leaves no partial file."""
+    if not path:
+        yield None
+        return
+    with atomic_files(path) as [temp], temp.open("w", encoding="utf-8") as file:
+        yield file
+
+
+def write_tokens(file: TextIO, indices: np.ndarray, ids: np.ndarray, losses: np.ndarray,
+                 tokenizer: Tokenizer) -> None:
+    for index, token, value in zip(indices.tolist(), ids.tolist(), losses.tolist(), strict=True):
+        file.write(json.dumps({"index": index, "id": token, "text": tokenizer.decode([token]),
+                               "logprob": -value}) + "\n")
 
 
 def geometry(config: ScoreConfig, block_size: int, max_length: int | None) -> tuple[int, int, int, str]:
-    """(length, window, stride) of token_losses for the protocol, and the protocol said in words."""
+    """(length, window, stride) of forward_pieces for the protocol, and the protocol said in words."""
     if config.protocol == "sliding":
         window = config.window or block_size
         if window > block_size:
@@ -102,27 +232,37 @@ def geometry(config: ScoreConfig, block_size: int, max_length: int | None) -> tu
 
 def score(config: ScoreConfig) -> dict:
     """The model's loss on the text, with what it stands for; writes per_token when asked."""
-    text = read_inputs(config.input)
+    if not config.input:
+        raise OptionError("no --input: give the text file to score (--input=FILE, repeatable; --input=- for stdin)")
+    sizes = [None if name == "-" else input_size(name) for name in config.input]
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     model, tokenizer = load_model(config.init_from, config.out_dir)
     model.eval().to(device)
-    ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
-    if len(ids) < 2:
-        raise UserError(f"the text is {len(ids)} token long: scoring needs at least 2 (the first is context only)")
-    block_size = model.config.block_size
-    length, window, stride, said = geometry(config, block_size, encoding_of(model.config).max_length())
-    losses = token_losses(model_losses(model, device, dtype), ids, min(length, len(ids) - 1), window, stride,
-                          config.batch_size)
-    scored_bytes = int(token_byte_counts(tokenizer)[ids[1:]].sum())
-    loss = float(losses.mean())
-    if config.per_token:
-        with open(config.per_token, "w", encoding="utf-8") as file:
-            for index, (token, value) in enumerate(zip(ids[1:].tolist(), losses.tolist(), strict=True), 1):
-                file.write(json.dumps({"index": index, "id": token, "text": tokenizer.decode([token]),
-                                       "logprob": -value}) + "\n")
-    return {"loss": loss, "perplexity": math.exp(loss), "tokens": len(losses), "bytes": scored_bytes,
-            "bits_per_byte": bits_per_unit(loss, len(losses), scored_bytes) if scored_bytes else math.nan,
+    length, window, stride, said = geometry(config, model.config.block_size,
+                                            encoding_of(model.config).max_length())
+    losses_of, byte_counts = model_losses(model, device, dtype), token_byte_counts(tokenizer)
+    nats, tokens, scored_bytes = 0.0, 0, 0
+    with tqdm(total=None if None in sizes else sum(sizes), unit="B", unit_scale=True, unit_divisor=1024,
+              desc="scoring", disable=not (config.progress and sys.stderr.isatty())) as bar, \
+            per_token_file(config.per_token) as per_token:
+        pieces = text_pieces(input_blocks(config.input, config.chunk_bytes, bar), config.chunk_bytes,
+                             isinstance(tokenizer, CharTokenizer))
+        chunks = (np.asarray(tokenizer.encode(piece), dtype=np.int64) for piece in pieces)
+        for held, first, batch in scored_batches(chunks, length, window, stride, config.batch_size):
+            targets, losses = piece_losses(losses_of, torch.from_numpy(held), batch - [first, 0, 0])
+            ids = held[targets + 1]
+            nats += float(losses.sum())  # batches are the same for every chunk size, and so is this sum
+            tokens += len(losses)
+            scored_bytes += int(byte_counts[ids].sum())
+            if per_token:
+                write_tokens(per_token, first + targets + 1, ids, losses, tokenizer)
+        if not tokens:
+            raise UserError("the text is shorter than 2 tokens: scoring needs at least 2 (the first is context "
+                            "only); give a longer text")
+    loss = nats / tokens
+    return {"loss": loss, "perplexity": math.exp(loss), "tokens": tokens, "bytes": scored_bytes,
+            "bits_per_byte": bits_per_unit(loss, tokens, scored_bytes) if scored_bytes else math.nan,
             "protocol": said}
 
 

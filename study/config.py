@@ -43,6 +43,8 @@ class AblateConfig:
     sliding_stride: int = 0  # tokens a sliding window advances (scored per piece); 0: a quarter of the window
     eval_batch_size: int = 64  # windows per forward pass in the evaluation
     reference: str = ""  # the cell that the paired-difference plot compares every other cell to; "": the first
+    compare_to: list[str] = field(default_factory=list)  # paired tests of each cell with these only; []: every pair
+    target_loss: float = 0.0  # time to target (docs/speedrun.md): the test loss at L = block_size to reach; 0: none
     threads: int = 0  # torch CPU threads; 0: torch's default. 1 is faster when other jobs share a small CPU
     jobs: int = 1  # runs trained at once, each in its own process on its share of the CPUs (or --threads)
     run_index: int = -1  # train and evaluate only run number K of the plan (a job array's task); -1: all
@@ -110,6 +112,8 @@ class AblateConfig:
                              f"run_index={self.run_index} (a job array's task has its scheduler's limit)")
         if self.eval_split not in SPLITS:
             raise ValueError(f"eval_split={self.eval_split!r} must be one of {', '.join(SPLITS)}")
+        if not 0 <= self.target_loss < math.inf:  # also catches NaN
+            raise ValueError(f"target_loss={self.target_loss} must be a finite loss > 0 (nats/token), or 0 for none")
         if not self.variants and not self.grid:
             raise ValueError("no cells to compare: give --variants=learned,none or --grid=name=v1,v2")
 

@@ -65,12 +65,20 @@ def token_losses(losses_of: Callable, data: np.ndarray, length: int, window: int
     for size in np.unique(pieces[:, 1]):
         same = pieces[pieces[:, 1] == size]
         for batch in np.array_split(same, math.ceil(len(same) / batch_size)):
-            index = torch.from_numpy(batch[:, :1] + np.arange(size)[None, :])
-            losses = np.asarray(losses_of(tokens[index], tokens[index + 1]), dtype=np.float64)
-            scored = np.arange(size)[None, :] >= batch[:, 2:3]
-            out[index.numpy()[scored]] = losses[scored]
+            targets, losses = piece_losses(losses_of, tokens, batch)
+            out[targets] = losses
     assert not np.isnan(out).any(), "a token of the split was not scored"  # forward_pieces covers every target
     return out
+
+
+def piece_losses(losses_of: Callable, tokens: torch.Tensor, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One forward of a batch of same-size pieces (start, size, scored_from) of tokens: the targets it scores
+    (indices into tokens[1:], in text order) and their losses. score.py's streaming goes through it too."""
+    size = batch[0, 1]
+    index = torch.from_numpy(batch[:, :1] + np.arange(size)[None, :])
+    losses = np.asarray(losses_of(tokens[index], tokens[index + 1]), dtype=np.float64)
+    scored = np.arange(size)[None, :] >= batch[:, 2:3]
+    return index.numpy()[scored], losses[scored]
 
 
 def by_position(losses: np.ndarray, length: int) -> list[float]:

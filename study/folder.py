@@ -17,9 +17,9 @@ from study.records import changed_settings, config_settings, read_json
 from text.corpus import usable_cpus
 from train import TrainConfig
 
-# AblateConfig fields that say how a study runs, not what it measures: they are not part of study.json.
+# AblateConfig fields that say how a study runs or is reported, not what it measures: they are not part of study.json.
 OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list_runs", "overwrite",
-               "eval_batch_size", "reference", "time_limit", "keep_checkpoints")
+               "eval_batch_size", "reference", "compare_to", "target_loss", "time_limit", "keep_checkpoints")
 # In a study's identity only when extra_budgets is set (study.json files from before them lack them).
 EXTRA_FIELDS = ("extra_budgets", "extra_variants", "extra_seeds")
 STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite

@@ -19,6 +19,7 @@ from study.evaluation import bits_per, sliding_geometry, untrained_buckets
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
 from study.plan import StudyRun
 from study.plots import plot_all, seed_entries, write_report_file
+from study.target import target_rows, target_table
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
 from train import build_model
@@ -157,8 +158,10 @@ def study_comparisons(records: list[dict], cells: list[str], lengths: list[int],
     margin = ablate.equivalence_margin
     at_block = [block_size]
 
-    def pairs_of(names: list[str], protocol: str) -> list[tuple]:
-        return [((a, protocol), (b, protocol)) for a, b in itertools.combinations(names, 2)]
+    def pairs_of(names: list[str], protocol: str) -> list[tuple]:  # every pair, or each with a compare_to cell
+        kept = {(own or {}).get(c, c) for c in ablate.compare_to} | set(ablate.compare_to)
+        return [((a, protocol), (b, protocol)) for a, b in itertools.combinations(names, 2)
+                if not kept or a in kept or b in kept]
 
     families = {"training length": comparisons(records, pairs_of(cells, "nonoverlapping"), at_block, margin)}
     if own:
@@ -412,9 +415,12 @@ def comparison_notes(families: dict[str, list[dict]], margin: float) -> list[str
 
 
 def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[dict]], records: list[dict],
-                  header: list[str], study: dict, plots: list[str], budgets: dict) -> None:
+                  header: list[str], study: dict, plots: list[str], budgets: dict, target: list[dict] | None) -> None:
     block_size, labels = study["block_size"], study["labels"]
     lines = header + ["", *main_table(rows, study)]
+    if target:
+        config = study["ablate_config"]
+        lines += target_table(target, config["target_loss"], labels, config["reference"] or target[0]["variant"])
     if len(budgets["by_budget"]) > 1:
         lines += budget_table(budgets, study)
     if study["lr_sweep"]:
@@ -428,6 +434,7 @@ def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[di
     lines += [""] + [f"![{name}]({name}.png)" for name in plots]
     results = {"results.md": "\n".join(lines) + "\n", "results.csv": results_csv(rows, budgets),
                "results.json": json.dumps({**study, "summary": rows, "comparisons": families, "budgets": budgets,
+                                           **({"target": target} if target else {}),
                                            "runs": [run_summary(r) for r in records]}, indent=1)}
     for name, text in results.items():
         write_report_file(study_dir / name, functools.partial(Path.write_text, data=text))
@@ -517,6 +524,9 @@ def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], stu
     plots = plot_all(study_dir, rows, headline, families, study,
                                   position_tables(headline_plan, [record for _, record in headline_runs]),
                                   ablate.reference or cells[0], budgets)
+    target = target_rows(headline, cells, ablate.reference or cells[0], ablate.target_loss,
+                         study["block_size"]) if ablate.target_loss else None
     write_results(study_dir, rows, families, headline, header_lines(ablate, headline_plan, headline, study), study,
-                  plots, budgets)
-    return {"summary": rows, "comparisons": families, "budgets": budgets, "runs": records}
+                  plots, budgets, target)
+    return {"summary": rows, "comparisons": families, "budgets": budgets, "runs": records,
+            **({"target": target} if target else {})}

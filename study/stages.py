@@ -30,6 +30,9 @@ def check_before_training(ablate: AblateConfig, plan: list[StudyRun], cells: lis
     """Everything about the evaluation and the data that can be wrong, found before the first run trains."""
     if ablate.reference and ablate.reference not in cells:
         raise OptionError(f"reference={ablate.reference!r} is not one of the cells {cells}")
+    unknown = [name for name in ablate.compare_to if name not in cells]
+    if unknown:
+        raise OptionError(f"compare_to: {unknown[0]!r} is not one of the cells {cells}")
     block_sizes = {run.model_config.block_size for run in plan if not run.finetune}
     if len(block_sizes) > 1:
         raise OptionError("cells differ in block_size; the eval lengths are multiples of one block_size (a "

@@ -1,8 +1,10 @@
 """score.py against the study's own evaluation of the same model on the same split, bits per byte counted by hand
 from the text's bytes, and HF transformers' loss of GPT-2 weights on the same tokens."""
 
+import io
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -13,9 +15,10 @@ from errors import OptionError, UserError, main_guard
 from gpt.model import GPTConfig
 from sample import load_model
 from study.config import AblateConfig
-from study.evaluation import evaluate_model
-from text.dataset import load_split
-from text.tokenizer import load_tokenizer
+from study.evaluation import evaluate_model, forward_pieces, model_losses, token_losses
+from text.bpe_train import TokenizerConfig
+from text.dataset import load_split, prepare
+from text.tokenizer import CharTokenizer, load_tokenizer
 from train import TrainConfig, train
 
 
@@ -26,6 +29,18 @@ def run_dir(tmp_path_factory, char_data):
     train(TrainConfig(dataset=str(char_data), out_dir=str(out), max_iters=20, lr_decay_iters=20, eval_interval=20,
                       eval_iters=2, batch_size=4, warmup_iters=2, device="cpu", compile=False, progress=False),
           GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32))
+    return out
+
+
+@pytest.fixture(scope="module")
+def bpe_run_dir(tmp_path_factory, corpus_text):
+    """A baby model trained 4 steps on the corpus in a BPE of 300 tokens learned from it, block_size 32."""
+    data = tmp_path_factory.mktemp("score_bpe_data")
+    prepare(corpus_text, data, TokenizerConfig(tokenizer="bpe", vocab_size=300))
+    out = tmp_path_factory.mktemp("score_bpe_run")
+    train(TrainConfig(dataset=str(data), out_dir=str(out), max_iters=4, lr_decay_iters=4, eval_interval=4,
+                      eval_iters=1, batch_size=4, warmup_iters=1, device="cpu", compile=False, progress=False),
+          GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32))
     return out
 
 
@@ -51,11 +66,12 @@ def test_the_score_of_a_split_is_the_studys_evaluation_of_it(run_dir, char_data,
     assert result["loss"] == pytest.approx(study[protocol][str(length)]["loss"], rel=1e-12)
 
 
-def test_bits_per_byte_and_each_tokens_log_probability_by_hand(run_dir, tmp_path):
+@pytest.mark.parametrize("chunk_bytes", [1, 2, 1 << 20])  # 1 and 2: cut inside every 3-byte character
+def test_bits_per_byte_and_each_tokens_log_probability_by_hand(run_dir, tmp_path, chunk_bytes):
     text = "Assert statements \u201cquoted\u201d \u2013 it\u2019s so.\nAnd a second line.\n"  # 3-byte characters
     (tmp_path / "t.txt").write_text(text, encoding="utf-8")
     result = score.score(score.ScoreConfig(out_dir=str(run_dir), input=[str(tmp_path / "t.txt")], device="cpu",
-                                           per_token=str(tmp_path / "t.jsonl")))
+                                           per_token=str(tmp_path / "t.jsonl"), chunk_bytes=chunk_bytes))
     rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert [row["index"] for row in rows] == list(range(1, len(text)))  # characters: a token each, the first context
     assert "".join(row["text"] for row in rows) == text[1:]
@@ -65,6 +81,99 @@ def test_bits_per_byte_and_each_tokens_log_probability_by_hand(run_dir, tmp_path
     assert result["loss"] == pytest.approx(nats / len(rows))
     assert result["bits_per_byte"] == pytest.approx(nats / math.log(2) / scored_bytes)
     assert result["perplexity"] == pytest.approx(math.exp(nats / len(rows)))
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+@pytest.mark.parametrize("protocol", ["nonoverlapping", "sliding"])
+def test_a_text_read_in_small_chunks_scores_as_the_whole_text_does(run_dir, bpe_run_dir, corpus_text, tmp_path,
+                                                                   kind, protocol):
+    """12 KB in two files cut inside a word, read 1 KB at a time, against one chunk of one file: the same
+    numbers, the same rows; and every token's loss is the study's token_losses of the whole text's tokens."""
+    run, text = str(run_dir if kind == "char" else bpe_run_dir), corpus_text[:12000]
+    middle = text.index("tion", 5000) + 2  # inside a word: a BPE token of the whole text crosses the files
+    for name, part in (("whole.txt", text), ("a.txt", text[:middle]), ("b.txt", text[middle:])):
+        (tmp_path / name).write_text(part, encoding="utf-8")
+
+    def scored(names: list[str], chunk_bytes: int) -> tuple[dict, list[dict]]:
+        rows = tmp_path / f"{chunk_bytes}.jsonl"
+        result = score.score(score.ScoreConfig(out_dir=run, input=[str(tmp_path / name) for name in names],
+                                               protocol=protocol, window=32, stride=8, chunk_bytes=chunk_bytes,
+                                               device="cpu", per_token=str(rows)))
+        return result, [json.loads(line) for line in rows.read_text(encoding="utf-8").splitlines()]
+
+    whole, whole_rows = scored(["whole.txt"], 1 << 20)
+    assert scored(["a.txt", "b.txt"], 1024) == (whole, whole_rows)
+    model, tokenizer = load_model("resume", run)
+    ids = np.asarray(tokenizer.encode(text))
+    losses = token_losses(model_losses(model, torch.device("cpu"), torch.float32), ids,
+                          32 if protocol == "nonoverlapping" else len(ids) - 1, 32, 8, 64)
+    assert [row["id"] for row in whole_rows] == ids[1:].tolist()
+    assert [-row["logprob"] for row in whole_rows] == losses.tolist()  # bit for bit
+    assert whole["loss"] == pytest.approx(losses.mean(), rel=1e-12)  # summed in another order
+
+
+@pytest.mark.parametrize("protocol", ["nonoverlapping", "sliding"])
+def test_a_text_of_20_chunks_holds_a_chunk_and_a_batch_of_tokens_at_most(run_dir, corpus_text, tmp_path,
+                                                                         monkeypatch, protocol):
+    chunk_bytes, batch_size, window = 1024, 16, 32
+    text = corpus_text[:20 * chunk_bytes]
+    (tmp_path / "t.txt").write_text(text, encoding="utf-8")
+    held, encoded = [], []
+    batches, encode = score.scored_batches, CharTokenizer.encode
+
+    def spy_batches(*args):
+        for out in batches(*args):
+            held.append(len(out[0]))
+            yield out
+
+    monkeypatch.setattr(score, "scored_batches", spy_batches)
+    monkeypatch.setattr(CharTokenizer, "encode", lambda self, piece: encoded.append(len(piece)) or encode(self, piece))
+    result = score.score(score.ScoreConfig(out_dir=str(run_dir), input=[str(tmp_path / "t.txt")], protocol=protocol,
+                                           window=window, length=window, chunk_bytes=chunk_bytes,
+                                           batch_size=batch_size, device="cpu"))
+    assert result["tokens"] == len(text) - 1 and len(encoded) >= 20
+    # a piece of text is at most a chunk; held: a chunk's tokens and a batch of windows with the token after
+    assert max(encoded) <= chunk_bytes and max(held) <= chunk_bytes + batch_size * window + 1 < len(text) / 10
+
+
+@pytest.mark.parametrize("length, window, stride", [(sys.maxsize, 8, 3), (sys.maxsize, 8, 8), (sys.maxsize, 1, 1),
+                                                    (5, 5, 5), (12, 5, 2)])
+def test_pieces_streamed_as_tokens_arrive_are_the_studys_forward_pieces(length, window, stride):
+    """Tokens in chunks of every size: the batches are those of one chunk, their pieces forward_pieces's, and the
+    tokens held at each batch are the text's tokens those pieces read."""
+    rng = np.random.default_rng(0)
+    for n_targets in (0, 1, 2, 5, 8, 9, 10, 31, 100):
+        data = np.arange(n_targets + 1)  # token i is i
+
+        def batches(chunks: list[np.ndarray]) -> list[list[tuple]]:
+            out = []
+            for held, first, batch in score.scored_batches(chunks, length, window, stride, 3):
+                assert len(batch) <= 3 and len(set(batch[:, 1])) == 1
+                for start, size, _ in batch:
+                    assert held[start - first:start - first + size + 1].tolist() == list(range(start, start + size + 1))
+                out.append([tuple(piece) for piece in batch.tolist()])
+            return out
+
+        whole = batches([data])
+        length_cut = min(length, max(n_targets, 1))  # as score.py's token_losses call cut it
+        assert [piece for batch in whole for piece in batch] == forward_pieces(n_targets, length_cut, window, stride)
+        for _ in range(5):
+            cuts = np.sort(rng.choice(np.arange(1, n_targets + 2), size=rng.integers(0, n_targets + 2), replace=False))
+            assert batches(np.split(data, cuts)) == whole
+
+
+def test_the_progress_bar_is_on_a_terminals_stderr_only(run_dir, tmp_path, capsys, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    (tmp_path / "t.txt").write_text("a short text to score\n" * 20, encoding="utf-8")
+    for flags, shown in (([], True), (["--progress=False"], False)):
+        monkeypatch.setattr(sys, "stderr", Terminal())
+        score.main([f"--out_dir={run_dir}", f"--input={tmp_path / 't.txt'}", "--device=cpu", *flags])
+        out = capsys.readouterr().out
+        assert ("scoring: 100%" in sys.stderr.getvalue()) == shown, sys.stderr.getvalue()
+        assert len(out.splitlines()) == 2 and "scoring" not in out, out
 
 
 @pytest.mark.gpt2_bpe
@@ -100,6 +209,10 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
 @pytest.mark.parametrize("content, flags, message", [
     (b"", [], "is empty"),
     (b"caf\xe9 latin-1", [], "is not UTF-8 text: byte 0xe9 at offset 3"),
+    (b"abcdefgh\xe9ij", ["--chunk_bytes=3"], "is not UTF-8 text: byte 0xe9 at offset 8"),  # in the third block
+    (b"ab\xe2\x80x", ["--chunk_bytes=3"], "is not UTF-8 text: byte 0xe2 at offset 2"),  # begun in the block before
+    (b"a text\xe2\x80", ["--chunk_bytes=2"], "is not UTF-8 text: byte 0xe2 at offset 6"),  # cut short at the end
+    (b"a text", ["--chunk_bytes=0"], "chunk_bytes=0 must be at least 1"),
     (b"a text", ["--protocol=nonoverlapping", "--length=64"], "length=64 is more positions than this model's "
                                                                "encoding has (32: block_size); give --length=32"),
     (b"a text", ["--window=64"], "window=64 is longer than the model's block_size=32"),

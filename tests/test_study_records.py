@@ -10,8 +10,10 @@ without checkpoints meet branches whose start must be trained again.
 import fnmatch
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import assert_one_line_error, cli, corpus
 
@@ -404,3 +406,52 @@ def test_the_report_names_the_threads_the_runs_trained_on(reference, tmp_path, c
     assert code == 0, err
     text = (study_dir / "results.md").read_text()
     assert "each run on 1 torch thread(s)" in text and "3 torch thread" not in text
+
+
+def test_the_time_to_target_table_is_recomputed_from_the_records(reference, tmp_path, capsys):
+    """results.json's time-to-target rows from the committed records alone: the loss of each seed's final model
+    (eval.json), its whole training time (done.json's train_seconds along the runs it continues), by hand."""
+    from scipy import stats
+
+    study_dir = tmp_path / "study"
+    copy_records(reference / "study", study_dir)
+    code, _, err = cli(ablate.main, flags(study_dir, reference / "data", report_only=True, target_loss=3.5,
+                                          reference="learned"), capsys)
+    assert code == 0, err
+    rows = {row["variant"]: row for row in json.loads((study_dir / "results.json").read_text())["target"]}
+
+    def seconds(run: Path) -> float:  # the 8-step branch and the constant-rate run it starts from
+        done = json.loads((run / "done.json").read_text())
+        start = done["settings"]["run"]["starts_from"]
+        return done["train_seconds"] + (seconds(run.parent / start) if start else 0.0)
+
+    for cell in ("learned", "none"):
+        runs = sorted((study_dir / cell).glob("seed*/8steps"))
+        losses = np.array([json.loads((r / "eval.json").read_text())["protocols"]["nonoverlapping"]["16"]["loss"]
+                           for r in runs])
+        t = (losses.mean() - 3.5) / (losses.std(ddof=1) / np.sqrt(len(losses)))
+        assert rows[cell]["p_at_most_target"] == pytest.approx(stats.t.cdf(t, len(losses) - 1), rel=1e-9)
+        times = sorted(seconds(r) for r in runs)
+        assert rows[cell]["seconds"]["min"] == pytest.approx(times[0]) and len(times) == rows[cell]["seeds"] == 2
+    learned = {r.parent.name: seconds(r) for r in (study_dir / "learned").glob("seed*/8steps")}
+    none = {r.parent.name: seconds(r) for r in (study_dir / "none").glob("seed*/8steps")}
+    ratio = np.exp(np.mean([np.log(none[s] / learned[s]) for s in learned]))
+    assert rows["none"]["time_ratio"]["ratio"] == pytest.approx(ratio, rel=1e-9)
+    assert "## Time to the target: test loss <= 3.5 at L = block_size" in (study_dir / "results.md").read_text()
+
+
+def test_compare_to_keeps_the_pairs_with_its_cells():
+    from study.report import study_comparisons
+
+    records = [{"variant": cell, "seed": seed, "eval": {"tokens": 100, "bytes": 100, "chars": 100, "protocols": {
+        "nonoverlapping": {"16": {"loss": 2.0 + 0.1 * i + 0.01 * seed * (i + 1)}}}}}
+        for i, cell in enumerate("abc") for seed in range(3)]
+    ablate_config = AblateConfig(protocols=["nonoverlapping"], eval_multipliers=[1.0])
+
+    def pairs(**overrides) -> set:
+        found = study_comparisons(records, ["a", "b", "c"], [16], replace(ablate_config, **overrides), 16)
+        return {(row["a"][0], row["b"][0]) for row in found["training length"]}
+
+    assert pairs() == {("a", "b"), ("a", "c"), ("b", "c")}
+    assert pairs(compare_to=["a"]) == {("a", "b"), ("a", "c")}
+    assert pairs(compare_to=["a", "c"]) == {("a", "b"), ("a", "c"), ("b", "c")}

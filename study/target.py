@@ -1,0 +1,70 @@
+"""Time to a target, the speedrun's measure (docs/speedrun.md): each cell's final loss against a fixed target, and
+its training time against the reference cell's, on the same seeds. A record counts as reaching the target when the
+one-sided t test says its mean loss is at most the target with p < TARGET_ALPHA over at least TARGET_SEEDS seeds,
+as modded-nanogpt asks of a record; the time ratio is the geometric mean of the seeds' ratios, with its interval."""
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from study.paired_stats import CONFIDENCE, interval
+
+TARGET_ALPHA = 0.01  # a record's p for "mean loss <= target" must be below this ...
+TARGET_SEEDS = 5  # ... over at least this many seeds
+
+
+def target_rows(records: list[dict], cells: list[str], reference: str, target: float, block_size: int) -> list[dict]:
+    """Per cell (records at one budget, each with its eval and its whole training time, train_seconds): the loss at
+    L = block_size (nonoverlapping) as mean and interval over seeds, the one-sided p of "mean <= target", the
+    training seconds' median, min and max, and the ratio of its seconds to the reference's on the seeds both have."""
+    seconds: dict[str, dict[int, float]] = {}
+    for r in records:
+        seconds.setdefault(r["variant"], {})[r["seed"]] = r["train_seconds"]
+    rows = []
+    for cell in cells:
+        runs = [r for r in records if r["variant"] == cell]
+        losses = [r["eval"]["protocols"]["nonoverlapping"][str(block_size)]["loss"] for r in runs]
+        times = sorted(seconds[cell].values())
+        p = at_most_p(losses, target)
+        rows.append({"variant": cell, "steps": runs[0]["iter_num"], "seeds": len(runs), "loss": interval(losses),
+                     "p_at_most_target": p, "reaches": len(losses) >= TARGET_SEEDS and p < TARGET_ALPHA,
+                     "seconds": {"median": float(np.median(times)), "min": times[0], "max": times[-1]},
+                     "time_ratio": time_ratio(seconds[cell], seconds.get(reference, {}))})
+    return rows
+
+
+def at_most_p(losses: list[float], target: float) -> float:
+    """p of the one-sample t test of H0: mean loss >= target against "mean < target"; nan below 2 seeds or with
+    no spread (no test)."""
+    values = np.asarray(losses, dtype=np.float64)
+    if len(values) < 2 or float(np.std(values, ddof=1)) == 0.0:
+        return math.nan
+    return float(stats.ttest_1samp(values, target, alternative="less").pvalue)
+
+
+def time_ratio(cell: dict[int, float], reference: dict[int, float]) -> dict:
+    """cell's training time over the reference's, seed by seed, as exp of the mean log ratio and its CONFIDENCE t
+    interval (a ratio's interval is symmetric on the log scale); nan bounds below 2 shared seeds."""
+    shared = sorted(set(cell) & set(reference))
+    logs = [math.log(cell[s] / reference[s]) for s in shared]
+    mean, half = interval(logs) if logs else (math.nan, math.nan)
+    return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half), "seeds": len(shared)}
+
+
+def target_table(rows: list[dict], target: float, labels: dict[str, str], reference: str) -> list[str]:
+    """The Markdown section of the time-to-target table."""
+    lines = ["", f"## Time to the target: test loss <= {target:g} at L = block_size", "",
+             f"A cell reaches the target when the one-sided t test of its mean loss <= {target:g} gives p < "
+             f"{TARGET_ALPHA:g} over at least {TARGET_SEEDS} seeds. Training time excludes evaluation (as max_seconds "
+             f"counts it); the ratio to {labels[reference]} is the geometric mean of the seeds' ratios with its "
+             f"{CONFIDENCE:.0%} interval.", "",
+             "| cell | steps | seeds | training s, median (min-max) | test loss | p (<= target) | reaches | time "
+             "ratio |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        loss, p, ratio, s = row["loss"], row["p_at_most_target"], row["time_ratio"], row["seconds"]
+        lines.append(f"| {labels[row['variant']]} | {row['steps']} | {row['seeds']} | {s['median']:.1f} "
+                     f"({s['min']:.1f}-{s['max']:.1f}) | {loss[0]:.4f} ± {loss[1]:.4f} | "
+                     f"{'n/a' if math.isnan(p) else f'{p:.2g}'} | {'yes' if row['reaches'] else 'no'} | "
+                     f"{ratio['ratio']:.3f} [{ratio['low']:.3f}, {ratio['high']:.3f}] |")
+    return lines
