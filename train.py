@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -294,6 +294,29 @@ class Run:
         return tokens_per_iter(self.config, self.model_config)
 
 
+# TrainConfig fields that say what this invocation does, not how the run trains: a resumed run takes every other
+# setting (the device, dtype and compile too: they change the bits) from its checkpoint unless the user gives it.
+THIS_PROCESS = ("out_dir", "init_from", "extend_positions", "overwrite", "eval_only", "wandb_log", "wandb_project",
+                "wandb_run_name", "wandb_mode", "progress", "prefetch", "max_seconds")
+TRAIN_FIELDS = frozenset(f.name for f in fields(TrainConfig))
+# Given on resume and other than the run's, these are not named: a longer max_iters is what continuing a run is for,
+# and the dataset may lie at another path (the resume checks its tokens and split).
+UNNAMED = ("max_iters", "dataset")
+
+
+def resumed_settings(config: TrainConfig, trained: dict, given: frozenset[str]) -> tuple[TrainConfig, str]:
+    """A resumed run's settings: its checkpoint's (trained), but for THIS_PROCESS's and those the user gave; and
+    the line that names each given one that differs from the run's ("" if none)."""
+    kept = {k: v for k, v in trained.items() if k in TRAIN_FIELDS and k not in THIS_PROCESS and k not in given}
+    changed = [f"{k}={getattr(config, k)!r} (the run's: {v!r})" for k, v in trained.items()
+               if k in given and k in TRAIN_FIELDS and k not in (*THIS_PROCESS, *UNNAMED) and getattr(config, k) != v]
+    try:
+        config = replace(config, **kept)
+    except ValueError as e:
+        raise UserError(f"the checkpoint's settings are not valid here ({e}); start a new run") from None
+    return config, f"note: resuming with {', '.join(changed)}; every other setting is the run's" if changed else ""
+
+
 def tokens_per_iter(config: TrainConfig, model_config: GPTConfig) -> int:
     """Tokens one optimizer step trains on: a study's budgets count them, the loop's tokens/s divides by them."""
     return config.gradient_accumulation_steps * config.batch_size * model_config.block_size
@@ -513,7 +536,7 @@ def train_step(run: Run, lr: float) -> torch.Tensor:
 # ---- the loop -----------------------------------------------------------------------------------------------------
 
 
-def train(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str] = frozenset()) -> dict:
+def train(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str] | None = None) -> dict:
     """Train as configured; returns the losses, timings and the trained model (rank 0 has the full picture; under
     FSDP no model: its shards cannot run once the processes have ended).
 
@@ -529,17 +552,22 @@ def train(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str]
     return result
 
 
-def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str], rank: int,
+def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str] | None, rank: int,
                      world_size: int, device: torch.device) -> dict:
     with contextlib.ExitStack() as stack:
+        note = ""
+        if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
+            trained = check_resumable(Path(config.out_dir) / CHECKPOINT)
+            config, note = resumed_settings(config, trained or {}, TRAIN_FIELDS if explicit is None else explicit)
+        explicit = frozenset({"dropout"}) if explicit is None else explicit  # a caller's model_config: its dropout
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
         check_recorded_tokens(data_dir, data_description, ("train", "val"))
-        if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
-            check_resumable(Path(config.out_dir) / CHECKPOINT)
         claim_out_dir(config.out_dir, stack, resume=config.init_from == "resume", overwrite=config.overwrite,
                       claim=rank == 0 and not config.eval_only)
         run = set_up(config, model_config, rank, world_size, device, data_dir, data_description, explicit)
+        if note and run.master:  # once the resume has passed its checks: a refusal stays one line
+            print(note, file=sys.stderr)
         try:
             return train_loop(run)
         finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import MODEL, TRAIN, assert_same_state, configs, run, torchrun
+from helpers import MODEL, TRAIN, assert_same_state, cli, configs, flags, run, torchrun
 
 import train as train_module
 from errors import UserError
@@ -566,3 +566,25 @@ def test_a_resumed_auto_run_keeps_the_dtype_it_trained_in(tmp_path, char_data):
     assert load_checkpoint(tmp_path / "a" / "ckpt.pt")["config"]["dtype"] == "bfloat16"
     run(tmp_path / "b", char_data, **settings, dtype="auto")
     assert load_checkpoint(tmp_path / "b" / "ckpt.pt")["config"]["dtype"] == "float32"
+
+
+def test_resume_from_the_command_line_takes_the_runs_own_settings(tmp_path, char_data, capsys):
+    """Was: --init_from=resume without the run's flags continued at the default batch of 12 and the default
+    schedule, warmup restarting, without a word. Now the run's settings come from its checkpoint (dropout too),
+    and the resumed run equals the uninterrupted one; a flag given that differs from the run's is named."""
+    own = dict(batch_size=3, learning_rate=3e-3, lr_decay_iters=40, warmup_iters=4, eval_interval=3, dropout=0.1)
+    assert cli(train_module.main, flags(tmp_path / "a", char_data, max_iters=6, **own), capsys)[0] == 0
+    assert cli(train_module.main, flags(tmp_path / "b", char_data, max_iters=3, **own), capsys)[0] == 0
+    code, _, err = cli(train_module.main, [f"--out_dir={tmp_path / 'b'}", "--init_from=resume", "--max_iters=6",
+                                           "--progress=False"], capsys)
+    assert code == 0, err
+    assert not [line for line in err.splitlines() if line.startswith("note:")]  # a longer max_iters is not named
+    a, b = load_checkpoint(tmp_path / "a" / "ckpt.pt"), load_checkpoint(tmp_path / "b" / "ckpt.pt")
+    assert_same_state(a["model"], b["model"])
+    assert b["config"]["batch_size"] == 3 and b["config"]["lr_decay_iters"] == 40
+    code, _, err = cli(train_module.main, [f"--out_dir={tmp_path / 'b'}", "--init_from=resume", "--max_iters=7",
+                                           "--learning_rate=1e-3", "--progress=False"], capsys)
+    assert code == 0, err
+    assert [line for line in err.splitlines() if line.startswith("note:")] == [
+        "note: resuming with learning_rate=0.001 (the run's: 0.003); every other setting is the run's"]
+

@@ -192,7 +192,8 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
                     explicit: frozenset[str]) -> tuple[GPT, dict]:
     """The model in the checkpoint at path and the checkpoint, after checking that it can continue as asked:
     it holds the training state, was trained on the token ids of data_description, and no model shape among the
-    settings the user gave (explicit) differs from its own. dropout is taken from model_config, as nanoGPT does."""
+    settings the user gave (explicit) differs from its own. dropout is the run's, or model_config's where the user
+    gave it (nanoGPT takes the command line's always: a resume without the flag trained on without dropout)."""
     path = Path(path)
     state = load_checkpoint(path)
     missing = [key for key in RESUME_KEYS if key not in state]
@@ -204,9 +205,11 @@ def load_for_resume(path: str | os.PathLike, model_config: GPTConfig, data_descr
         raise UserError(f"{path} was trained on other token ids than dataset={dataset!r} holds: "
                         f"{difference}; resume on the run's own dataset, or start a new run")
     check_split(state["tokenizer"], data_description, path, dataset)
-    refuse_other_shape(shape_differences(model_config, config_from_args(state["model_args"], path), explicit),
+    trained = config_from_args(state["model_args"], path)
+    refuse_other_shape(shape_differences(model_config, trained, explicit),
                        "a resumed model", "drop it to resume, or start a new run in another --out_dir")
-    return model_from_checkpoint(state, path, dropout=model_config.dropout), state
+    dropout = model_config.dropout if "dropout" in explicit else trained.dropout
+    return model_from_checkpoint(state, path, dropout=dropout), state
 
 
 def check_same_optimizer(state: dict, optimizer: str, path: str | os.PathLike) -> None:
@@ -247,10 +250,11 @@ def continued_differences(given: GPTConfig, found: GPTConfig, explicit: frozense
     return differences
 
 
-def check_resumable(path: Path) -> None:
+def check_resumable(path: Path) -> dict | None:
     """Refuse --init_from=resume without a checkpoint, or on nanoGPT's out_dir, before this run makes out_dir or
     locks it (writing train.lock there): a glance at the checkpoint (weights_only, its tensors memory-mapped, not
-    read). Anything else wrong with the file is found by load_for_resume, after the lock."""
+    read). Its run's training settings (the checkpoint's `config`), or None where the glance cannot tell; anything
+    else wrong with the file is found by load_for_resume, after the lock."""
     if not path.is_file():
         raise UserError(f"--init_from=resume needs {path}, which does not exist; start a new run with "
                         "--init_from=scratch, or give the --out_dir of the run to continue")
@@ -261,10 +265,12 @@ def check_resumable(path: Path) -> None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # damaged, truncated, hostile, not a zip: load_checkpoint names which
-        return
+        return None
     if is_checkpoint(state):
         raise UserError(f"{path} is nanoGPT's checkpoint, which cannot be resumed in its own out_dir (it holds no "
                         f"random state); continue it in a new one: --init_from={path} --out_dir=NEW_DIR")
+    trained = state.get("config") if isinstance(state, dict) else None
+    return trained if isinstance(trained, dict) else None
 
 
 def check_split(trained_on: dict, data_description: dict, path: Path, dataset: str) -> None:
