@@ -225,3 +225,19 @@ def test_byte_symbols_are_hfs_byte_level_alphabet():
     symbols = byte_symbols()
     assert sorted(symbols) == sorted(ByteLevel.alphabet()) and sorted(symbols.values()) == list(range(256))
     assert (symbols["Ġ"], symbols["Ċ"], symbols["ĉ"], symbols["A"], symbols["é"]) == (0x20, 0x0A, 0x09, 0x41, 0xE9)
+
+
+def test_a_pattern_that_backtracks_without_bound_is_one_line(capsys):
+    """Was: fancy-regex's BacktrackLimitExceeded as a Rust PanicException (a BaseException) and its traceback."""
+    from errors import main_guard
+    from text.tokenizer import BPETokenizer
+
+    tokenizer = BPETokenizer([bytes([i]) for i in range(256)], pattern=r"(a+)+(?!c)b")
+    assert tokenizer.encode("ab") == [ord("a"), ord("b")]
+
+    for encode in (tokenizer.encode, tokenizer.encode_documents):  # a ValueError, and a Rust panic
+        with pytest.raises(SystemExit) as stopped:
+            main_guard(lambda argv, encode=encode: encode("a" * 3000 + "!"), [])
+        assert stopped.value.code == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "backtracks without bound" in last and "(a+)+(?!c)b" in last and "GPT2_PATTERN" in last

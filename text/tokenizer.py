@@ -2,10 +2,12 @@
 beside the data. The description is plain data: a learned BPE's tokens are in it as hex strings, so a checkpoint
 that stores the description (checkpoint.py) can be sampled from without the data folder and without pickle."""
 
+import contextlib
 import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,17 +74,37 @@ class TiktokenTokenizer:
     eot_token = 0  # the id of <|endoftext|>
 
     def encode(self, text: str) -> list[int]:
-        return self.encoding.encode(text, allowed_special={END_OF_TEXT})
+        with bounded_backtracking(self):
+            return self.encoding.encode(text, allowed_special={END_OF_TEXT})
 
     def encode_documents(self, text: str) -> np.ndarray:
         """A whole corpus as ids; special-token strings in it are plain text, as in nanoGPT's prepare.py."""
-        return np.array(self.encoding.encode_ordinary(text), dtype=np.int64)
+        with bounded_backtracking(self):
+            return np.array(self.encoding.encode_ordinary(text), dtype=np.int64)
 
     def decode(self, ids: list[int]) -> str:
         return self.encoding.decode(ids)
 
     def start_token(self) -> int:
         return self.eot_token
+
+
+@contextlib.contextmanager
+def bounded_backtracking(tokenizer: TiktokenTokenizer) -> Iterator[None]:
+    """tiktoken's regex engine gives up on a pre-tokenization pattern that backtracks without bound (one edited by
+    hand: "(a+)+(?!c)b" on "aaa...a!"): encode raises a ValueError, encode_ordinary panics in Rust (a pyo3
+    PanicException, a BaseException, after Rust's own message on stderr). Either is one line here; any other error
+    is ours, and stays loud."""
+    try:
+        yield
+    except BaseException as e:
+        panicked = type(e).__name__ == "PanicException" and "BacktrackLimitExceeded" in str(e)
+        if not (panicked or isinstance(e, ValueError) and "backtracking" in str(e)):
+            raise
+        pattern = getattr(tokenizer, "pattern", "")
+        raise UserError(f"the tokenizer's pre-tokenization pattern {pattern!r} backtracks without bound on this text "
+                        "(tiktoken gave up: BacktrackLimitExceeded); the pattern was edited: restore GPT-2's "
+                        "(text/tokenizer.py's GPT2_PATTERN) in tokenizer.json, or prepare the data again") from None
 
 
 class GPT2Tokenizer(TiktokenTokenizer):
