@@ -241,3 +241,22 @@ def test_a_pattern_that_backtracks_without_bound_is_one_line(capsys):
         assert stopped.value.code == 2
         last = capsys.readouterr().err.strip().splitlines()[-1]
         assert "backtracks without bound" in last and "(a+)+(?!c)b" in last and "GPT2_PATTERN" in last
+
+
+def test_the_bpe_trainer_reads_a_long_unbroken_run_in_pieces():
+    """Was: HF's trainer, quadratic in a pre-token's length, did not finish on a 1 MB line without spaces (DNA,
+    base64), nor let Ctrl-C through. It now reads such runs in pieces of MAX_RUN characters; text without one is read
+    as it was, whole."""
+    import random
+    import re
+
+    from text.bpe_train import MAX_RUN, short_runs
+
+    rng = random.Random(0)
+    dna = "".join(rng.choice("ACGT") for _ in range(5000))
+    text = f"a few words\n{dna} then {' ' * 600}more {dna[:300]}!"
+    pieces = list(short_runs(text))
+    assert "".join(pieces) == text
+    longest = max(len(run) for piece in pieces for run in re.findall(r"\S+|\s+", piece))
+    assert longest == MAX_RUN and len(pieces) == 5000 // MAX_RUN + 600 // MAX_RUN + 300 // MAX_RUN + 1
+    assert list(short_runs("no run here is longer than the limit")) == ["no run here is longer than the limit"]
