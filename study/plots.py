@@ -292,15 +292,17 @@ def sweeps(records: list[dict]) -> list[tuple[str, dict[str, float]]]:
     configs = {}
     for r in records:
         configs[r["variant"]] = {**r["settings"]["train_config"], **r["settings"]["model_config"]}
-    varying = [k for k in next(iter(configs.values()))
-               if len({repr(c[k]) for c in configs.values()}) > 1]
+    # A setting of one encoding is absent from another's records (records.LATER_MODEL_FIELDS): absent is a value too
+    names = dict.fromkeys(k for c in configs.values() for k in c)
+    varying = [k for k in names if len({repr(c.get(k)) for c in configs.values()}) > 1]
     found = []
     for name in varying:
-        if not all(isinstance(c[name], (int, float)) and not isinstance(c[name], bool) for c in configs.values()):
+        if not all(isinstance(c.get(name), (int, float)) and not isinstance(c.get(name), bool)
+                   for c in configs.values()):
             continue
         groups: dict[tuple, dict[str, float]] = {}
         for cell, c in configs.items():
-            groups.setdefault(tuple(repr(c[k]) for k in varying if k != name), {})[cell] = c[name]
+            groups.setdefault(tuple(repr(c.get(k)) for k in varying if k != name), {})[cell] = c[name]
         found += [(name, group) for group in groups.values() if len(set(group.values())) >= 3]
     return found
 
