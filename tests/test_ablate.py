@@ -484,3 +484,16 @@ def test_a_t5_cell_scored_where_its_buckets_never_trained_is_named():
     assert study_eval.untrained_bucket(t5, replace(at_4x, protocols=["sliding"])) == ""  # windows of 64: trained
     assert study_eval.untrained_bucket(replace(t5, t5_max_distance=64), replace(at_4x, eval_multipliers=[8.0])) == ""
     assert study_eval.untrained_bucket(replace(t5, pos_encoding="learned"), at_4x) == ""
+
+
+def test_sweeps_read_cells_whose_records_hold_other_settings():
+    """Was: a KeyError ending the report of a study whose cells were of encodings with settings of their own
+    (partial_rope's partial_rope_fraction is in its records only)."""
+    def record(cell: str, **model) -> dict:
+        return {"variant": cell, "settings": {"train_config": {"learning_rate": model.pop("lr")},
+                                              "model_config": {"pos_encoding": cell.split()[0], **model}}}
+
+    records = [record("learned a", lr=1e-3), record("learned b", lr=3e-3), record("learned c", lr=1e-2),
+               record("partial_rope", lr=1e-3, partial_rope_fraction=0.25)]
+    assert ablate_plots.sweeps(records) == [("learning_rate", {"learned a": 1e-3, "learned b": 3e-3,
+                                                               "learned c": 1e-2})]
