@@ -559,6 +559,7 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
         if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
             trained = check_resumable(Path(config.out_dir) / CHECKPOINT)
             config, note = resumed_settings(config, trained or {}, TRAIN_FIELDS if explicit is None else explicit)
+            note = note if explicit is not None else ""  # a caller's config is all given, on purpose (a study's)
         explicit = frozenset({"dropout"}) if explicit is None else explicit  # a caller's model_config: its dropout
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
