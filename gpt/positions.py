@@ -197,9 +197,9 @@ class Rope(PositionEncoding):
         return {"rope_inv_freq": rope_frequencies(self.config).float()}
 
     def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
-        if self.config.position_scaling == "none":
+        if not hasattr(held, "rope_inv_freq"):  # unscaled rope (new_buffers)
             turn = rope_angles(positions, self.config.n_embd // self.config.n_head, self.config.rope_base)
-        else:
+        else:  # scaled rope, or a subclass's own frequencies (their position_scaling is none: a factor of 1)
             turn = rotary_cos_sin(positions, held.rope_inv_freq, yarn_attention_factor(self.config))
         return turn, turn  # queries and keys turn alike
 
@@ -229,10 +229,6 @@ class PartialRope(Rope):
         inv_freq[:turned // 2] = self.config.rope_base ** (-torch.arange(0, turned, 2, dtype=torch.float64) / turned)
         return {"rope_inv_freq": inv_freq.float()}
 
-    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
-        turn = rotary_cos_sin(positions, held.rope_inv_freq)
-        return turn, turn
-
 
 class PRope(Rope):
     """p-RoPE (Barbero et al. 2024, section 6): rope's p_rope_fraction highest frequencies, base^(-2i/head_dim) for
@@ -250,14 +246,9 @@ class PRope(Rope):
                              "frequencies and at most all: a fraction in (0, 1]")
 
     def new_buffers(self) -> dict[str, torch.Tensor]:
-        head_dim = self.config.n_embd // self.config.n_head
-        inv_freq = self.config.rope_base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        inv_freq = rope_frequencies(self.config)  # rope's own, position_scaling being none
         inv_freq[p_rope_kept(self.config):] = 0.0
         return {"rope_inv_freq": inv_freq.float()}
-
-    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
-        turn = rotary_cos_sin(positions, held.rope_inv_freq)
-        return turn, turn
 
 
 def p_rope_kept(config) -> int:
@@ -284,10 +275,8 @@ class XPos(Rope):
 
     def new_buffers(self) -> dict[str, torch.Tensor]:
         head_dim, gamma = self.config.n_embd // self.config.n_head, self.config.xpos_gamma
-        pairs = torch.arange(0, head_dim, 2, dtype=torch.float64)
-        zeta = (pairs / head_dim + gamma) / (1 + gamma)
-        return {"rope_inv_freq": (self.config.rope_base ** (-pairs / head_dim)).float(),
-                "xpos_log_zeta": zeta.log().float()}
+        zeta = (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim + gamma) / (1 + gamma)
+        return {"rope_inv_freq": rope_frequencies(self.config).float(), "xpos_log_zeta": zeta.log().float()}
 
     def max_length(self) -> int:
         gamma = self.config.xpos_gamma  # the smallest zeta, gamma / (1 + gamma), grows fastest in 1/zeta^n
