@@ -6,9 +6,8 @@ as modded-nanogpt asks of a record; the time ratio is the geometric mean of the 
 import math
 
 import numpy as np
-from scipy import stats
 
-from study.paired_stats import CONFIDENCE, interval
+from study.paired_stats import CONFIDENCE, interval, one_sided_p, untested
 
 TARGET_ALPHA = 0.01  # a record's p for "mean loss <= target" must be below this ...
 TARGET_SEEDS = 5  # ... over at least this many seeds
@@ -36,11 +35,11 @@ def target_rows(records: list[dict], cells: list[str], reference: str, target: f
 
 def at_most_p(losses: list[float], target: float) -> float:
     """p of the one-sample t test of H0: mean loss >= target against "mean < target"; nan below 2 seeds or with
-    no spread (no test)."""
+    no spread (paired_stats.untested: no test)."""
     values = np.asarray(losses, dtype=np.float64)
-    if len(values) < 2 or float(np.std(values, ddof=1)) == 0.0:
+    if untested(values, float(np.abs(values).max(initial=0.0))):
         return math.nan
-    return float(stats.ttest_1samp(values, target, alternative="less").pvalue)
+    return one_sided_p(values, target, "less")
 
 
 def time_ratio(cell: dict[int, float], reference: dict[int, float]) -> dict:
