@@ -5,19 +5,22 @@
     python sample.py --out_dir=out-shakespeare-char --min_p=0.05 --repetition_penalty=1.2 --logprobs=3
 """
 
+import errno
 import json
 import math
+import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
 
 import torch
 
 from errors import UserError, main_guard
+from files import atomic_files
 from gpt.generate import StopText, check_penalties, generate_stream, token_logprobs
 from gpt.model import GPT
 from options import REPEATED, parse_options
@@ -173,25 +176,28 @@ def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_
     if config.logprobs > tokenizer.vocab_size:
         raise UserError(f"logprobs={config.logprobs} must be at most the vocabulary's {tokenizer.vocab_size} tokens; "
                         f"give --logprobs={tokenizer.vocab_size} or fewer")
-    # Opened before sampling, so that a path that cannot be written is refused before the work, not after it.
-    with open_for_writing(config.logprobs_file, "logprobs_file") as file:
-        steps_logprobs = []  # per step, the tokens and token_logprobs' tensors: on the device until the end
+    check_writable(config.logprobs_file, "logprobs_file")  # before the work, not after it
+    steps_logprobs = []  # per step, the tokens and token_logprobs' tensors: on the device until the end
 
-        def keep(logits: torch.Tensor, tokens: torch.Tensor) -> None:
-            steps_logprobs.append((tokens, *token_logprobs(logits, tokens, config.logprobs)))
+    def keep(logits: torch.Tensor, tokens: torch.Tensor) -> None:
+        steps_logprobs.append((tokens, *token_logprobs(logits, tokens, config.logprobs)))
 
-        texts, steps, kept = draw(model, tokenizer, config, on_text, keep)
+    texts, steps, kept = draw(model, tokenizer, config, on_text, keep)
+    # Atomic: an earlier file of that name stays whole until the new one is (Ctrl-C while sampling keeps it).
+    with atomic_files(config.logprobs_file) as [temp], temp.open("w", encoding="utf-8") as file:
         for line in logprob_lines(tokenizer, steps_logprobs, kept):
             file.write(line + "\n")
     print(f"each token's log-probability: {config.logprobs_file}", file=sys.stderr)
     return texts, steps
 
 
-def open_for_writing(path: str, flag: str) -> TextIO:
-    """path opened for writing as UTF-8 text; one that cannot be (a folder, no such folder, no permission) is a
-    UserError naming the flag."""
+def check_writable(path: str, flag: str) -> None:
+    """A UserError naming the flag where path cannot be written (a folder, no such folder, no permission): tried
+    with a temporary file beside it, so that a file already there is left as it is."""
     try:
-        return open(path, "w", encoding="utf-8")
+        if Path(path).is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        tempfile.TemporaryFile(dir=Path(path).parent).close()
     except OSError as e:
         raise UserError(f"{flag}={path!r} cannot be written: {e.strerror}; give a writable --{flag}=PATH") from None
 

@@ -278,3 +278,20 @@ def test_logprobs_past_the_vocabulary_and_an_unwritable_file_are_refused_before_
                                                r"writable --logprobs_file=PATH"):
         sample.sample(model, tokenizer, SampleConfig(start="a", logprobs=1, logprobs_file=str(tmp_path)))
     assert not (tmp_path / "lp.jsonl").exists()
+
+
+@torch.no_grad()
+def test_a_logprobs_file_already_there_stays_whole_until_the_new_one_is(tmp_path, monkeypatch):
+    """Was: opened for writing before sampling, so Ctrl-C while sampling left an earlier file empty."""
+    model, tokenizer = tiny_model("learned"), CharTokenizer(CHARS)
+    earlier = tmp_path / "lp.jsonl"
+    earlier.write_text("an earlier run's log-probabilities\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sample, "draw", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sample.sample(model, tokenizer, SampleConfig(start="a", logprobs=1, logprobs_file=str(earlier)))
+    assert earlier.read_text() == "an earlier run's log-probabilities\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["lp.jsonl"]
