@@ -24,7 +24,7 @@ from errors import OfflineError, UserError
 from files import atomic_files, file_sha256, replace_files, special_file_kind
 from text.bpe_train import TokenizerConfig, learn_bpe
 from text.cuts import stream_pieces, text_cut
-from text.nanogpt_data import is_data_folder
+from text.nanogpt_data import check_data_folder, is_data_folder
 from text.tokenizer import (
     DATASET_FILES,
     TOKENIZER_FILE,
@@ -219,24 +219,6 @@ def prepare_main(argv: list[str], out_dir: Path, tokenizer_kind: str, default_te
     main_guard(main, argv)
 
 
-def check_nanogpt_files(path: Path) -> None:
-    """Refuse a nanoGPT data folder (no tokenizer.json and no test.bin, but its meta.pkl or a .bin file) whose
-    train.bin or val.bin is missing or not a whole number of the uint16 tokens its prepare.py writes, naming
-    the file: the checks after this one speak of tokenizer.json, which nanoGPT never writes."""
-    if (path / TOKENIZER_FILE).exists() or (path / "test.bin").exists():
-        return
-    bins = [path / f"{split}.bin" for split in ("train", "val")]
-    if not ((path / "meta.pkl").is_file() or any(file.exists() for file in bins)):
-        return
-    for file in bins:
-        if not file.is_file():
-            raise UserError(f"{file} is missing: nanoGPT's prepare.py writes train.bin and val.bin; run it again")
-        size = file.stat().st_size
-        if size % 2:  # uint16: 2 bytes a token
-            raise UserError(f"{file} has {size:,} bytes, not a whole number of uint16 tokens: the file is cut "
-                            "short or not nanoGPT's; prepare it again with nanoGPT's prepare.py")
-
-
 def resolve_data_dir(dataset: str) -> Path:
     """A dataset name (a folder under data/) or a path to a prepared folder."""
     if not dataset.strip():
@@ -248,7 +230,7 @@ def resolve_data_dir(dataset: str) -> Path:
                         f"{TOKENIZER_FILE} and the .bin files")
     if not path.is_dir():
         path = REPO_ROOT / "data" / dataset
-    check_nanogpt_files(path)
+    check_data_folder(path)
     if (path / TOKENIZER_FILE).is_file() or is_data_folder(path):
         return path
     if all((path / name).is_file() for name in DATASET_FILES if name != TOKENIZER_FILE):

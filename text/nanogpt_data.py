@@ -46,8 +46,28 @@ def is_data_folder(path: Path) -> bool:
     """A nanoGPT data folder: train.bin and val.bin without our tokenizer.json, and without the test.bin that
     nanoGPT never writes (one of ours that lost its tokenizer.json is not read as GPT-2's BPE)."""
     path = Path(path)
-    return ((path / "train.bin").is_file() and (path / "val.bin").is_file() and not (path / "tokenizer.json").exists()
-            and not (path / "test.bin").exists())
+    return (path / "train.bin").is_file() and (path / "val.bin").is_file() and not is_ours(path)
+
+
+def is_ours(path: Path) -> bool:
+    """Our preparers' folder: a tokenizer.json, or the test.bin nanoGPT never writes."""
+    return (path / "tokenizer.json").exists() or (path / "test.bin").exists()
+
+
+def check_data_folder(path: Path) -> None:
+    """Refuse a nanoGPT data folder (not ours, but its meta.pkl or a .bin file) whose train.bin or val.bin is
+    missing or not a whole number of the uint16 tokens its prepare.py writes, naming the file: the checks after
+    this one speak of tokenizer.json, which nanoGPT never writes."""
+    bins = [path / f"{split}.bin" for split in ("train", "val")]
+    if is_ours(path) or not ((path / "meta.pkl").is_file() or any(file.exists() for file in bins)):
+        return
+    for file in bins:
+        if not file.is_file():
+            raise UserError(f"{file} is missing: nanoGPT's prepare.py writes train.bin and val.bin; run it again")
+        size = file.stat().st_size
+        if size % 2:  # uint16: 2 bytes a token
+            raise UserError(f"{file} has {size:,} bytes, not a whole number of uint16 tokens: the file is cut "
+                            "short or not nanoGPT's; prepare it again with nanoGPT's prepare.py")
 
 
 def data_description(path: Path) -> dict:
