@@ -76,6 +76,7 @@ class TrainConfig:
     dataset: str = "python_docs_char"  # a prepared folder under data/ (run its prepare.py), or a path to one
     init_from: str = "scratch"  # scratch | resume (out_dir/ckpt.pt) | gpt2, ... | a local HF GPT-2 dir | a ckpt.pt
     extend_positions: str = ""  # init_from a model and a larger block_size: interpolate|copy|ntk|yarn|keep (extend.py)
+    finetune: bool = False  # init_from a ckpt.pt or run folder: its weights from step 0, fresh optimizer, not its run
     overwrite: bool = False  # let a new run (init_from other than resume) replace the run already in out_dir
     eval_interval: int = 250  # iterations between train/val loss estimates and checkpoints
     eval_iters: int = 200  # batches per loss estimate (the same batches every time)
@@ -138,6 +139,9 @@ class TrainConfig:
         if not self.out_dir.strip():
             raise ValueError("out_dir is empty; name the folder of the run, e.g. --out_dir=out")
         check_init_from(self.init_from, ("scratch", "resume"))
+        if self.finetune and self.init_from in ("scratch", "resume"):
+            raise ValueError(f"finetune=True trains a checkpoint's weights from step 0, but init_from="
+                             f"{self.init_from!r}; give --init_from=<run folder or ckpt.pt>, or drop --finetune")
         if self.extend_positions not in ("", *METHODS):
             raise ValueError(f"extend_positions={self.extend_positions!r} must be one of {', '.join(METHODS)} (or "
                              "empty: a block_size larger than init_from's is refused)")
@@ -214,7 +218,7 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
                                         explicit - {"block_size"})
         grew = extend_for_training(model, model_config.block_size, config.extend_positions, config.init_from,
                                    "block_size" in explicit)
-        return model, None if grew else state  # an extended model finetunes from step 0
+        return model, None if grew or config.finetune else state  # an extended model finetunes from step 0
     if model_config.pos_encoding != "learned":
         raise UserError(f"init_from={config.init_from!r} starts from GPT-2's learned position table, but "
                         f"pos_encoding={model_config.pos_encoding!r}; set pos_encoding=learned or init_from=scratch")
@@ -296,8 +300,8 @@ class Run:
 
 # TrainConfig fields that say what this invocation does, not how the run trains: a resumed run takes every other
 # setting (the device, dtype and compile too: they change the bits) from its checkpoint unless the user gives it.
-THIS_PROCESS = ("out_dir", "init_from", "extend_positions", "overwrite", "eval_only", "wandb_log", "wandb_project",
-                "wandb_run_name", "wandb_mode", "progress", "prefetch", "max_seconds")
+THIS_PROCESS = ("out_dir", "init_from", "extend_positions", "finetune", "overwrite", "eval_only", "wandb_log",
+                "wandb_project", "wandb_run_name", "wandb_mode", "progress", "prefetch", "max_seconds")
 TRAIN_FIELDS = frozenset(f.name for f in fields(TrainConfig))
 # Given on resume and other than the run's, these are not named: a longer max_iters is what continuing a run is for,
 # and the dataset may lie at another path (the resume checks its tokens and split).
@@ -364,6 +368,10 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         run.iter_num, run.best_val_loss = continue_training(model, optimizer, resumed,
                                                             init_checkpoint(config.init_from))
+        if run.iter_num >= config.max_iters:
+            raise UserError(f"init_from={config.init_from!r} continues its run from step {run.iter_num}, which "
+                            f"max_iters={config.max_iters} does not pass: no step would train; give a larger "
+                            "--max_iters, or --finetune=True to train its weights from step 0")
     run.batches = batch_prefetcher(run)
     if run.master:
         run.log = open_metrics_log(run)

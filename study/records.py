@@ -58,7 +58,9 @@ def config_settings(train_config: TrainConfig, model_config: GPTConfig) -> dict:
     own = ENCODINGS[model_config.pos_encoding].settings
     model = {k: v for k, v in asdict(model_config).items()
              if not (k in LATER_MODEL_FIELDS and k not in own and v == LATER_MODEL_FIELDS[k])}
-    return {"train_config": {k: v for k, v in asdict(train_config).items() if k not in {*NEUTRAL, *adamw}},
+    # finetune is the run's (a from_cell run starts from its base's weights at step 0): settings()' "finetunes"
+    return {"train_config": {k: v for k, v in asdict(train_config).items()
+                             if k not in {*NEUTRAL, *adamw, "finetune"}},
             "model_config": model, "data": data_identity(train_config.dataset)}
 
 

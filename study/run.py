@@ -125,7 +125,7 @@ def train_in(run: StudyRun, folder: Path, bar: tqdm, start: int) -> dict:
     its eval lines in folder/train.log so that the terminal keeps one bar, which follows its metrics.jsonl."""
     config = replace(run.train_config, out_dir=str(folder))
     if run.finetune:  # a new run from the weights of the finished run it starts from
-        config = replace(config, init_from=str(run.start_from / CHECKPOINT))
+        config = replace(config, init_from=str(run.start_from / CHECKPOINT), finetune=True)
     elif run.start_from is not None:  # a branch: it resumes a copy of the finished run it continues
         with atomic_files(folder / CHECKPOINT) as (temp,):
             shutil.copyfile(run.start_from / CHECKPOINT, temp)

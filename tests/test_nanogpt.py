@@ -9,6 +9,7 @@ import os
 import pickle
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,25 @@ def test_train_continues_a_nanogpt_run_with_its_optimizer_state(tmp_path, corpus
     result = train(config, GPTConfig(block_size=32, n_layer=2, n_head=2, n_embd=16))
     assert result["iter_num"] == 252  # from nanoGPT's step 250, two steps more
     assert (tmp_path / "ours" / "ckpt.pt").is_file()
+
+
+def test_finetune_trains_a_checkpoints_weights_from_step_0(tmp_path, corpus_text):
+    """--finetune=True: a new run from the weights (step 0, AdamW's moments from zero); without it the same command
+    would continue nanoGPT's run from step 250, past max_iters=2, and is refused before any step."""
+    data = write_nanogpt_data(tmp_path / "data" / "shakespeare_char", corpus_text)
+    ckpt = write_nanogpt_run(tmp_path / "out-nanogpt", vocab_size=len(read_description(data)["chars"]))
+    config = TrainConfig(out_dir=str(tmp_path / "ours"), dataset=str(data), init_from=str(ckpt), max_iters=2,
+                         eval_interval=2, eval_iters=1, batch_size=2, device="cpu", compile=False, progress=False)
+    model_config = GPTConfig(block_size=32, n_layer=2, n_head=2, n_embd=16)
+    with pytest.raises(UserError, match=r"continues its run from step 250, which max_iters=2 does not pass: .*"
+                                        r"--finetune=True"):
+        train(config, model_config)
+    result = train(replace(config, finetune=True, overwrite=True), model_config)
+    saved = torch.load(tmp_path / "ours" / "ckpt.pt", weights_only=True)
+    assert result["iter_num"] == saved["iter_num"] == 2
+    assert {int(state["step"]) for state in saved["optimizer"]["state"].values()} == {2}  # 2 steps, not 252
+    with pytest.raises(ValueError, match=r"finetune=True .* init_from='scratch'"):
+        replace(config, init_from="scratch", finetune=True)
 
 
 def test_continuing_maps_each_moment_to_its_parameter(tmp_path):
