@@ -79,10 +79,12 @@ def replace_study(study_dir: Path, identity: dict, stored: dict | None, damage: 
     study, whose results and plots go, or a damaged study.json."""
     if (stored is not None or damage) and not overwrite:
         differ = sorted({*changed_settings(stored, identity), *changed_settings(identity, stored)}) if stored else []
-        what = f"is damaged ({damage})" if damage else (
-            f"is another study: {', '.join(differ)} differ; cells there: "
-            f"{', '.join(stored.get('ablate_config', {}).get('cells', []))}; now: "
-            f"{', '.join(identity['ablate_config']['cells'])}")
+        there = stored.get("ablate_config", {}).get("cells", []) if stored else []
+        now = identity["ablate_config"]["cells"]
+        cells = "".join(f"; cells {where}: {', '.join(found)}" for where, found in (
+            ("only there", [c for c in there if c not in now]), ("only now", [c for c in now if c not in there]))
+            if found)  # a study of many cells: what changed, not every cell twice
+        what = f"is damaged ({damage})" if damage else f"is another study: {', '.join(differ)} differ{cells}"
         runs = (f"{retrained} of its finished runs have other settings and would be trained again in their folders, "
                 "replacing them; the others are reused" if retrained else "its finished runs are reused")
         raise UserError(f"{study_dir / STUDY_FILE} {what}. Give --overwrite=True to replace its results ({runs}), "

@@ -267,8 +267,8 @@ def test_another_study_in_the_folder_is_refused_without_overwrite(reference, tmp
     shutil.copytree(reference / "study", study_dir)
     before = kept(study_dir)
     result = cli(ablate.main, flags(study_dir, reference / "data", variants="none", seeds=1), capsys)
-    assert_one_line_error(*result, "study.json is another study", "seeds", "variants", "cells there: learned, none",
-                          "now: none", "--overwrite=True to replace its results (its finished runs are reused)")
+    assert_one_line_error(*result, "study.json is another study", "seeds", "variants", "cells only there: learned.",
+                          "--overwrite=True to replace its results (its finished runs are reused)")
     assert kept(study_dir) == before
     # Another max_iters: every finished run of the new plan has other settings, and the message says so.
     result = cli(ablate.main, flags(study_dir, reference / "data", max_iters=5, lr_decay_iters=5), capsys)
