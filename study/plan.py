@@ -238,6 +238,16 @@ def from_cells(cells: list[dict]) -> dict[str, str]:
     return bases
 
 
+def control_cells(records: list[dict], bases: dict[str, str]) -> dict[str, str]:
+    """{extended and finetuned cell: its control}: the from_cell cell that trains the same base as many steps at
+    the base's own length (no extend_positions), so that reading further and training more are told apart."""
+    settings = {r["variant"]: r["settings"]["train_config"] for r in records if r["variant"] in bases}
+    controls = {(bases[c], t["max_iters"]): c for c, t in settings.items()
+                if not t["extend_positions"] and t["max_iters"] > 0}
+    return {c: controls[bases[c], t["max_iters"]] for c, t in settings.items()
+            if t["extend_positions"] and (bases[c], t["max_iters"]) in controls}
+
+
 def with_finetunes(plan: list[StudyRun], cells: list[dict], ablate: AblateConfig) -> list[StudyRun]:
     """The plan with each run of a from_cell cell starting from its base's run of the same seed (a finetune of
     it), scored at the base's eval lengths and sliding window, and counted at the base's budget."""

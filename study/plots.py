@@ -11,6 +11,7 @@ from torch.nn import functional as F
 from errors import UserError
 from files import atomic_files
 from study.paired_stats import CONFIDENCE, interval
+from study.plan import control_cells
 
 BAND = f"bands: {CONFIDENCE:.0%} t interval over seeds"
 # What a report that could not be written says: the runs are done and recorded, only their report is missing.
@@ -385,10 +386,11 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
 
 
 def extensions(records: list[dict], from_cells: dict[str, str]) -> dict[str, dict]:
-    """{cell: its base, method, new block_size and finetune steps} for each from_cell cell, from its records."""
+    """{cell: its base, method, new block_size and finetune steps} for each from_cell cell that extends its base,
+    from its records (a control, which trains at the base's length, extends nothing)."""
     found = {}
     for record in records:
-        if record["variant"] in from_cells:
+        if record["variant"] in from_cells and record["settings"]["train_config"]["extend_positions"]:
             train, model = record["settings"]["train_config"], record["settings"]["model_config"]
             found[record["variant"]] = {"base": from_cells[record["variant"]], "method": train["extend_positions"],
                                         "block_size": model["block_size"], "steps": train["max_iters"]}
@@ -401,6 +403,8 @@ def plot_extension(study_dir: Path, rows: list[dict], records: list[dict], study
     extended to L read at L with the whole window as context, as extended (top) and after its finetune (below)."""
     plt = pyplot()
     cells = extensions(records, from_cells)
+    controls = {(from_cells[c], cells[c]["steps"]): control
+                for c, control in control_cells(records, from_cells).items()}
     by_cell = {row["variant"]: row for row in rows}
     bases = list(dict.fromkeys(c["base"] for c in cells.values()))
     steps = sorted({c["steps"] for c in cells.values()})
@@ -420,6 +424,12 @@ def plot_extension(study_dir: Path, rows: list[dict], records: list[dict], study
                                     0.15)[1])
             whole = [(n, *loss[f"nonoverlapping {n}"]) for n in lengths if loss.get(f"nonoverlapping {n}")]
             interval_line(ax, whole, "gray", f"{base}, whole window", alpha=0.15)
+            if (base, count) in controls:  # the base trained as many steps more at its own length
+                trained = by_cell[controls[base, count]]["loss"]
+                low = min(low, *interval_line(ax, [(n, *trained[f"sliding {n}"]) for n in lengths
+                                                   if trained.get(f"sliding {n}")], "black",
+                                              f"control ({count} steps more at {block_size}), sliding window",
+                                              ":", 0.15)[1])
             for method in methods:
                 points = [(block_size, *loss[f"nonoverlapping {block_size}"])]
                 points += [(c["block_size"], *by_cell[cell]["loss"][f"nonoverlapping {c['block_size']}"])

@@ -17,7 +17,7 @@ from gpt.model import GPT
 from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry, untrained_buckets
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
-from study.plan import StudyRun
+from study.plan import StudyRun, control_cells
 from study.plots import plot_all, seed_entries, write_report_file
 from study.target import target_rows, target_table
 from text.dataset import resolve_data_dir
@@ -179,9 +179,19 @@ def study_comparisons(records: list[dict], cells: list[str], lengths: list[int],
         families[f"longer, {protocol}"] = comparisons(records, pairs_of(cells, protocol),
                                                       longer if protocol == "nonoverlapping" else past_window)
     if bases and "sliding" in ablate.protocols and "nonoverlapping" in ablate.protocols:
+        extends = {r["variant"] for r in records if r["settings"]["train_config"]["extend_positions"]}
+        # A cell that does not extend its base (a control) reads past block_size by its sliding window alone: set
+        # beside its base's, it is what training more gives without reading further.
         families["finetune against its base's sliding window"] = comparisons(
-            records, [((c, "nonoverlapping"), (b, "sliding")) for c, b in bases.items()], past_window)
+            records, [((c, "nonoverlapping" if c in extends else "sliding"), (b, "sliding"))
+                      for c, b in bases.items()], past_window)
+        controls = control_cells(records, bases)
+        if controls:
+            families["finetune against its control's sliding window"] = comparisons(
+                records, [((c, "nonoverlapping"), (control, "sliding")) for c, control in controls.items()],
+                past_window)
     return families
+
 
 
 def budget_summary(records: list[dict], study: dict, ablate: AblateConfig) -> dict:
@@ -240,7 +250,12 @@ FAMILY_NOTES = {
     "longer, sliding": "Pairs of cells past the training length, sliding window.",
     "finetune against its base's sliding window": "Each from_cell cell (an extended, perhaps finetuned model) with "
     "its whole window as context minus the model it started from under the sliding window, past the training "
-    "length. Negative: the extension reads further than the base can.",
+    "length. Negative: the extension reads further than the base can. A control (the base trained as many steps "
+    "more at its own length) is read under its sliding window: what the extra training alone gives.",
+    "finetune against its control's sliding window": "Each extended and finetuned cell with its whole window as "
+    "context minus its base's control under the sliding window: the base trained as many steps more at its own "
+    "length, on as many tokens a step. Negative: the extension reads further, beyond what the extra training "
+    "gives.",
 }
 
 

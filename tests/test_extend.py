@@ -345,6 +345,8 @@ def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, monkeypatch)
 
 def test_from_cell_finetunes_each_seed_of_its_base(tmp_path, char_data):
     configs = extension_study(tmp_path, char_data)
+    control = "rope max_iters=2 from_cell=rope"  # rope trained 2 steps more at its own block_size
+    configs = (dataclasses.replace(configs[0], variants=[*configs[0].variants, control]), *configs[1:])
     plan = run_plan(*configs)
     base, extension = plan[0], plan[2]
     assert extension.start_from == base.dir and extension.finetune and extension.budget == 2
@@ -360,8 +362,16 @@ def test_from_cell_finetunes_each_seed_of_its_base(tmp_path, char_data):
     evaluation = next(r["eval"] for r in result["runs"] if r["variant"] == plan[3].variant)
     assert evaluation["key"]["lengths"] == [16, 32] and evaluation["key"]["window"] == BLOCK  # the base's
     family = result["comparisons"]["finetune against its base's sliding window"]
-    assert {(r["a"], r["b"], r["length"]) for r in family} == {(plan[2].variant, "learned", 32),
-                                                               (plan[3].variant, "rope", 32)}
+    assert {(r["a"], r["a_protocol"], r["b"], r["length"]) for r in family} == {
+        (plan[2].variant, "nonoverlapping", "learned", 32), (plan[3].variant, "nonoverlapping", "rope", 32),
+        (control, "sliding", "rope", 32)}  # the control extends nothing: its sliding window against its base's
+    losses = {r["variant"]: r["eval"]["protocols"] for r in result["runs"]}
+    [row] = result["comparisons"]["finetune against its control's sliding window"]
+    assert (row["a"], row["b"], row["length"]) == (plan[3].variant, control, 32)  # the same 2 steps, 32 vs 16 long
+    assert row["mean"] == pytest.approx(losses[plan[3].variant]["nonoverlapping"]["32"]["loss"]
+                                        - losses[control]["sliding"]["32"]["loss"])
+    assert next(r["iter_num"] for r in result["runs"] if r["variant"] == control) == 2  # from step 0: not its
+    # base's run continued, which had ended at 2 and would train nothing
     recorded = [r for r in result["runs"] if r["variant"] == plan[3].variant][0]
     assert recorded["settings"]["run"]["finetunes"] == "rope/seed1337" and recorded["iter_num"] == 2
     assert study_plots.extensions(result["runs"], {plan[2].variant: "learned", plan[3].variant: "rope"}) == {
