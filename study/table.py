@@ -1,0 +1,127 @@
+"""A study's paired gaps as a Markdown table, each number rounded once from the exact value its results.json holds
+(a number rounded from results.md's four places again is off in its last digit). The write-ups' study tables are
+its output, with the command beside them:
+
+    python -m study.table --study=docs/positions_budgets --family="gaps by budget"
+    python -m study.table --study=docs/context_extension --family="finetune against its base's sliding window"
+
+A row is a pair a − b (the cells' labels), a column a budget, a length or both: --family is "gaps by budget" (each
+cell against the reference at L = block_size), "changes between budgets" (each such gap's paired change), or
+"extrapolation by budget" (each cell's whole window against its sliding window past block_size), or any family of
+results.md's "Paired differences" at the headline budget ("training length", "longer, sliding", ...).
+"""
+
+import sys
+from dataclasses import dataclass, field
+
+from errors import UserError
+from study.compare import read_results
+from study.paired_stats import CONFIDENCE
+
+BY_BUDGET = {"gaps by budget": "gaps", "extrapolation by budget": "extrapolation"}
+MOVES = "changes between budgets"
+
+
+@dataclass
+class TableConfig:
+    study: str = ""  # a study folder holding results.json (ablate.py writes it)
+    family: str = "gaps by budget"  # gaps by budget | changes between budgets | extrapolation by budget | results.md's
+    lengths: list[int] = field(default_factory=list)  # the eval lengths to show (empty: every one)
+    budgets: list[int] = field(default_factory=list)  # the budgets to show (empty: every one)
+    digits: int = 3  # decimals of every number, each rounded once from its exact value
+    bits_per_byte: bool = False  # the gaps in bits per byte of the scored text, not nats per token
+
+
+def entries(results: dict, family: str) -> list[tuple[dict, int | str, int | None]]:
+    """(paired row, budget or "from → to", length) of the family, in the order results.json keeps them."""
+    by_budget = results["budgets"]["by_budget"]
+    if family in BY_BUDGET:
+        return [(row, int(b), row["length"]) for b, entry in by_budget.items() for row in entry[BY_BUDGET[family]]]
+    if family == MOVES:
+        reference = results["budgets"]["reference"]
+        return [({**row, "a": cell, "b": reference, "a_protocol": "", "b_protocol": "", "mean": row["change"]},
+                 f"{move['from']} → {move['to']}", None)
+                for move in results["budgets"]["moves"] for cell, row in move["cells"].items()]
+    if family not in results["comparisons"]:
+        known = [*BY_BUDGET, MOVES, *results["comparisons"]]
+        raise UserError(f"--family={family!r} is not in this study; it has: {', '.join(map(repr, known))}")
+    return [(row, results["headline_budget"], row["length"]) for row in results["comparisons"][family]]
+
+
+def number(value: float, digits: int) -> str:
+    return f"{value:+.{digits}f}".replace("-", "−")
+
+
+def gap_text(row: dict, config: TableConfig) -> str:
+    """"mean [low, high]", or why no test was made."""
+    if row.get("untested"):
+        return f"n/a ({row['untested']})"
+    if config.bits_per_byte and row.get("mean_bits_per_byte") is None:
+        return "n/a (no bytes recorded)"
+    scale = row["mean_bits_per_byte"] / row["mean"] if config.bits_per_byte else 1.0
+    mean = row["mean_bits_per_byte"] if config.bits_per_byte else row["mean"]
+    low, high = (number(row[end] * scale, config.digits) for end in ("low", "high"))
+    return f"{number(mean, config.digits)} [{low}, {high}]"
+
+
+def side(results: dict, name: str, protocol: str, other: str) -> str:
+    label = results["labels"].get(name, name)
+    return f"{label} ({protocol})" if protocol and protocol != other else label
+
+
+def study_table(config: TableConfig) -> str:
+    if not config.study:
+        raise UserError("--study is empty: name a study folder that holds results.json, e.g. "
+                        "--study=docs/positions_budgets")
+    if not 0 <= config.digits <= 8:
+        raise UserError(f"--digits={config.digits} must be 0 to 8")
+    results = read_results(config.study)
+    if config.bits_per_byte and config.family == MOVES:
+        raise UserError(f"--bits_per_byte=True: the family {MOVES!r} is kept in nats/token only; drop the flag")
+    block_size = results["block_size"]
+    found = [(row, budget, n) for row, budget, n in entries(results, config.family)
+             if (not config.lengths or n in config.lengths) and (not config.budgets or budget in config.budgets)]
+    if not found:
+        raise UserError(f"--family={config.family!r} has no rows at lengths {config.lengths or 'any'} and budgets "
+                        f"{config.budgets or 'any'} in {config.study}; drop --lengths or --budgets to see them all")
+    pairs = {(row["a"], row["a_protocol"], row["b"], row["b_protocol"]): None for row, _, _ in found}
+    columns = list(dict.fromkeys((budget, n) for _, budget, n in found))
+    one_budget, one_length = len({c[0] for c in columns}) == 1, len({c[1] for c in columns}) == 1
+    one_b = len({(b, bp) for _, _, b, bp in pairs}) == 1
+    itself = all(a == b for a, _, b, _ in pairs)  # each cell under two protocols
+
+    def heading(budget: int | str, n: int | None) -> str:
+        parts = [] if one_budget and len(columns) > 1 else [f"{budget} steps" if isinstance(budget, int) else budget]
+        parts += [] if n is None or (one_length and len(columns) > 1) else [f"L={n} ({n / block_size:g}x)"]
+        return ", ".join(parts)
+
+    a, a_protocol, b, b_protocol = next(iter(pairs))
+    first = (f"cell, {a_protocol} − {b_protocol}" if itself else
+             f"cell − {side(results, b, b_protocol, a_protocol)}" if one_b else "a − b")
+    unit = "bits/byte" if config.bits_per_byte else "nats/token"
+    lines = [f"{results['split']} loss, {unit}: a − b, mean over seeds [{CONFIDENCE:.0%} paired t interval] "
+             f"({config.study}/results.json, --family={config.family!r})", "",
+             "| " + " | ".join([first, *(heading(*c) for c in columns)]) + " |",
+             "| --- |" + " ---: |" * len(columns)]
+    values = {((row["a"], row["a_protocol"], row["b"], row["b_protocol"]), (budget, n)): row
+              for row, budget, n in found}
+    for pair in pairs:
+        a, a_protocol, b, b_protocol = pair
+        name = results["labels"].get(a, a) if itself else side(results, a, a_protocol, b_protocol) + (
+            "" if one_b else f" − {side(results, b, b_protocol, a_protocol)}")
+        cells = [gap_text(values[pair, c], config) if (pair, c) in values else "—" for c in columns]
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    from options import parse_options
+
+    (config,) = parse_options(argv, (TableConfig,), prog="-m study.table", description=__doc__)
+    print(study_table(config))
+
+
+if __name__ == "__main__":
+    from errors import main_guard
+
+    main_guard(main, sys.argv[1:])
