@@ -73,6 +73,12 @@ variants = [
     "alibi block_size=256 batch_size=3 extend_positions=keep max_iters=0 warmup_iters=0 from_cell=alibi",
     "alibi block_size=256 batch_size=3 extend_positions=keep max_iters=200 "
     "warmup_iters=20 learning_rate=0.0003 from_cell=alibi",
+    # The controls: each base trained the same 200 steps more at its own length, 64 (batch 12: 768 tokens a step, as
+    # every finetune), so that a finetune's gain from reading further is told apart from its gain from training more
+    "learned max_iters=200 warmup_iters=20 learning_rate=0.0003 from_cell=learned",
+    "sinusoidal max_iters=200 warmup_iters=20 learning_rate=0.0003 from_cell=sinusoidal",
+    "rope max_iters=200 warmup_iters=20 learning_rate=0.0003 from_cell=rope",
+    "alibi max_iters=200 warmup_iters=20 learning_rate=0.0003 from_cell=alibi",
 ]
 seeds = 3
 eval_split = "test"
