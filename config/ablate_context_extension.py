@@ -5,9 +5,11 @@
 # warmup 20, peak 3e-4, the base's schedule shape). A finetune step trains on as many tokens as a base step (batch 6
 # at 128, 3 at 256: 768 tokens). Every model is scored on the TEST split at 64, 128 and 256, both protocols, the
 # sliding window 64 (stride 32) for all; the baseline is the unextended base under its sliding window (the family
-# "finetune against its base's sliding window").
+# "finetune against its base's sliding window"), and its control: the base trained the same 200 steps more at 64
+# (the family "finetune against its control's sliding window").
 # Planned: 4 bases x 3 seeds x 2000 = 24,000 steps, 9 methods x 2 lengths x 3 seeds x 200 = 10,800 finetune
-# steps: 34,800 steps in all (the 54 unfinetuned extensions train none), and 120 evaluations.
+# steps, 4 controls x 3 seeds x 200 = 2,400: 37,200 steps in all (the 54 unfinetuned extensions train none), and 132
+# evaluations.
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_context_extension.py
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them

@@ -403,7 +403,7 @@ def test_rerun_skips_finished_runs_and_refuses_changed_ones(study, tmp_path, mon
     # A finished run made with other settings is not silently reused: a flag, or a cell's own setting.
     with pytest.raises(ValueError, match="max_iters"):
         run_study(ablate_config, replace(train_config, max_iters=6, lr_decay_iters=6), model_config)
-    with pytest.raises(ValueError, match="none.*dropout"):
+    with pytest.raises(ValueError, match="dropout.*2 of its finished runs have other settings"):
         run_study(replace(ablate_config, variants=["none"], grid="dropout=0.0"), train_config,
                   replace(model_config, dropout=0.1))
     # A run recorded before a setting existed is refused too: its value is unknown.

@@ -409,4 +409,4 @@ def test_the_study_config_plans_under_40k_steps(tmp_path):
                     run.train_config.max_iters) for run in plan if run.finetune
                    and run.model_config.pos_encoding == encoding and run.seed == ablate_config.first_seed}
         expected = {(m, n, f) for m in P.ENCODINGS[encoding].extensions for n in (128, 256) for f in (0, 200)}
-        assert methods == expected, encoding
+        assert methods == expected | {("", 64, 200)}, encoding  # and the control: 200 steps more at 64
