@@ -376,7 +376,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     if run.master:
         run.log = open_metrics_log(run)
         print(f"{model.get_num_params():,} parameters, pos_encoding={model.config.pos_encoding}, device={device}, "
-              f"dtype={str(dtype).removeprefix('torch.')} ({dtype_reason}), {world_size} process(es), "
+              f"dtype={dtype_name(dtype)} ({dtype_reason}), {world_size} process(es), "
               f"{run.tokens_per_iter:,} tokens/iter")
     return run
 
