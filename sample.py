@@ -40,7 +40,8 @@ class SampleConfig:
     out_dir: str = "out"  # the training run to sample from: its best.pt, else its ckpt.pt
     init_from: str = "resume"  # resume (a checkpoint in out_dir) | gpt2, ... | a local HF GPT-2 dir | a ckpt.pt
     start: str = "\n"  # the prompt (\n \t \\: newline, tab, \), or FILE:path; empty: end-of-text (BPE) / newline
-    num_samples: int = 3  # samples, generated together as one batch
+    num_samples: int = 3  # samples (of each prompt), generated together as one batch
+    prompts_per_line: bool = False  # --start=FILE:path: each non-empty line a prompt of its own, all in one batch
     max_new_tokens: int = 500  # tokens generated per sample
     temperature: float = 0.8  # divides the logits; 0 means greedy
     top_k: int | None = 200  # keep only the k most likely tokens; None: all
@@ -89,6 +90,9 @@ class SampleConfig:
             raise ValueError("logprobs_file='' names no file; give --logprobs_file=PATH for the log-probabilities")
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
+        if self.prompts_per_line and not self.start.startswith("FILE:"):
+            raise ValueError("prompts_per_line=True reads prompts from a file, one per line; give --start=FILE:PATH "
+                             "(or drop --prompts_per_line for the one prompt --start gives)")
         if self.start.startswith("FILE:") and not self.start.removeprefix("FILE:").strip():
             raise ValueError("start='FILE:' names no file; give --start=FILE:PATH, or the prompt's text itself")
         if "" in self.stop:
@@ -139,6 +143,18 @@ def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
     return model, from_description(state["tokenizer"])
 
 
+def encode_prompts(tokenizer: Tokenizer, config: SampleConfig, block_size: int) -> list[list[int]]:
+    """The prompts' ids: --start's one prompt, or with prompts_per_line each non-empty line of its file."""
+    if not config.prompts_per_line:
+        return [encode_prompt(tokenizer, config.start, block_size)]
+    path = config.start.removeprefix("FILE:")
+    lines = [line for line in read_text(path, what="prompt file").splitlines() if line.strip()]
+    if not lines:
+        raise UserError(f"--start=FILE:{path} has no line with text: with --prompts_per_line=True each non-empty "
+                        "line is a prompt")
+    return [encode_prompt(tokenizer, line, block_size) for line in lines]
+
+
 def encode_prompt(tokenizer: Tokenizer, start: str, block_size: int) -> list[int]:
     """Prompt ids: text or FILE:path; empty starts from the tokenizer's start token; cropped to block_size."""
     if start.startswith("FILE:"):
@@ -163,7 +179,8 @@ def stop_ids(tokenizer: Tokenizer, config: SampleConfig) -> frozenset[int]:
 
 def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None) -> list[str]:
     """num_samples continuations of the prompt (prompt included), each ended by its first stop (config.stop,
-    <|endoftext|>) if it has one. on_text(piece) receives sample 0 as it grows, never past its stop."""
+    <|endoftext|>) if it has one; with prompts_per_line, num_samples of each line's prompt, prompt by prompt. on_text
+    (piece) receives sample 0 as it grows, never past its stop."""
     return sample_and_count(model, tokenizer, config, on_text)[0]
 
 
@@ -207,9 +224,13 @@ def draw(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None,
     """The samples, the steps generated, and how many tokens each sample kept (up to the one that stopped it, which
     counts); on_token: generate_stream's."""
     device = next(model.parameters()).device
-    prompt = encode_prompt(tokenizer, config.start, model.config.block_size)
-    idx = torch.tensor([prompt] * config.num_samples, dtype=torch.long, device=device)
-    generators = [torch.Generator(device=device).manual_seed(config.seed + i) for i in range(config.num_samples)]
+    prompts = [p for p in encode_prompts(tokenizer, config, model.config.block_size) for _ in range(config.num_samples)]
+    if len(prompts) > MAX_SAMPLES or config.seed > SEED_LIMIT - len(prompts):
+        raise UserError(f"{len(prompts) // config.num_samples} prompts x num_samples={config.num_samples} = "
+                        f"{len(prompts)} rows: at most {MAX_SAMPLES} in one batch, and seed + rows below 2**64 (row "
+                        "i draws from seed + i); split the prompt file, or lower --num_samples")
+    idx, starts = left_padded(prompts, device)
+    generators = [torch.Generator(device=device).manual_seed(config.seed + i) for i in range(len(prompts))]
     if config.slide is not None and config.slide > model.config.block_size:
         raise UserError(f"slide={config.slide} must be at most the model's block_size={model.config.block_size}")
     ends = stop_ids(tokenizer, config)
@@ -219,15 +240,15 @@ def draw(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None,
                                  vocab_size=tokenizer.vocab_size, compile=config.compile, min_p=config.min_p,
                                  repetition_penalty=config.repetition_penalty,
                                  frequency_penalty=config.frequency_penalty, presence_penalty=config.presence_penalty,
-                                 penalty_last_n=config.penalty_last_n, on_token=on_token)
+                                 penalty_last_n=config.penalty_last_n, on_token=on_token, starts=starts)
         if on_text is None and not config.stop and not ends:  # the tokens stay on the device: no sync per token
-            texts = [tokenizer.decode(row) for row in torch.cat([idx, *stream], dim=1).tolist()]
-            return texts, config.max_new_tokens, [config.max_new_tokens] * config.num_samples
-        rows = [StopText(tokenizer.decode, tuple(config.stop), ends, config.keep_stop)
-                for _ in range(config.num_samples)]
-        kept = [0] * config.num_samples
+            generated = torch.cat([idx[:, :0], *stream], dim=1).tolist()
+            texts = [tokenizer.decode(prompt + row) for prompt, row in zip(prompts, generated, strict=True)]
+            return texts, config.max_new_tokens, [config.max_new_tokens] * len(prompts)
+        rows = [StopText(tokenizer.decode, tuple(config.stop), ends, config.keep_stop) for _ in prompts]
+        kept = [0] * len(prompts)
         if on_text is not None:
-            on_text(tokenizer.decode(prompt))
+            on_text(tokenizer.decode(prompts[0]))
         steps = 0
         for next_tokens in stream:
             steps += 1
@@ -243,7 +264,18 @@ def draw(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None,
         on_text(last)
     for row in rows[1:]:
         row.finish()
-    return [tokenizer.decode(prompt) + row.text for row in rows], steps, kept
+    return [tokenizer.decode(prompt) + row.text for prompt, row in zip(prompts, rows, strict=True)], steps, kept
+
+
+def left_padded(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The prompts as one batch (B, longest), each row's ids at its right end after padding (any id: the model
+    never attends to it), and the column each row's text begins at (GPT.forward's starts); None when none is
+    padded, as with one prompt (the model's path of every row from column 0)."""
+    longest = max(map(len, prompts))
+    starts = [longest - len(p) for p in prompts]
+    idx = torch.tensor([[0] * start + p for start, p in zip(starts, prompts, strict=True)], dtype=torch.long,
+                       device=device)
+    return idx, torch.tensor(starts, device=device) if any(starts) else None
 
 
 def logprob_lines(tokenizer: Tokenizer, steps_logprobs: list[tuple[torch.Tensor, ...]],
@@ -285,7 +317,7 @@ def main(argv: list[str]) -> None:
         else:
             print(text)
         print("---------------")
-    print(f"{config.num_samples * steps / seconds:,.0f} tokens/s "
+    print(f"{len(samples) * steps / seconds:,.0f} tokens/s "
           f"({'no cache' if config.no_cache else 'KV cache'}"
           f"{', compiled decode step: its compilation included' if config.compile else ''})", file=sys.stderr)
 

@@ -15,7 +15,7 @@ import torch
 
 from gpt.model import GPT, KVCache, write_at
 
-DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache], torch.Tensor]
+DecodeStep = Callable[..., torch.Tensor]  # (token, position, cache[, starts]) -> logits: GPT.decode_step's
 
 # Per model, held only while the model lives: the weights the frozen graphs were built from,
 _frozen_weights: "weakref.WeakKeyDictionary[GPT, list]" = weakref.WeakKeyDictionary()
@@ -78,14 +78,15 @@ def frozen(model: GPT, step: Callable) -> DecodeStep:
     # constants from the global config while it traces (measured with torch 2.13), so the config is patched.
     from torch._inductor import config as inductor_config  # imported with the compiler, not with the model
 
-    def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache,
+                    starts: torch.Tensor | None = None) -> torch.Tensor:
         plain = PlainCache(cache.keys, cache.values, cache.max_length)
         # freezing is read when a graph compiles, on the first call: set for the call, not a global setting. Set
         # and restored by hand: inductor_config.patch took 50 us a call (measured), this takes 10.
         was_freezing = inductor_config.freezing
         inductor_config.freezing = True
         try:
-            return step(model, token, position, plain)
+            return step(model, token, position, plain, starts)
         finally:
             inductor_config.freezing = was_freezing
 

@@ -28,7 +28,8 @@ def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperat
                     vocab_size: int | None = None, compile: bool = False, min_p: float = 0.0,
                     repetition_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                     penalty_last_n: int = 0,
-                    on_token: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> Iterator[torch.Tensor]:
+                    on_token: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+                    starts: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
     """Yield max_new_tokens tokens, each (B, 1), continuing idx (B, T).
 
     The context window holds at most block_size tokens. When it is full, the oldest `slide` tokens
@@ -42,6 +43,10 @@ def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperat
     or the last penalty_last_n, whatever the window holds; they act on the logits outside the decode step, before
     temperature, top_k, top_p and min_p (HF's order). on_token(logits, token) receives each token drawn (B, 1) with the
     model's own logits it was drawn from (B, vocab), before any penalty or filter (see token_logprobs).
+    starts (B,): prompts of different lengths, left-padded: row r's prompt begins at column starts[r] (GPT.forward);
+    each row then gets the tokens it gets alone, until the longest row fills the window (after a slide every row
+    keeps the same columns, so a shorter prompt keeps more of its past than it would alone). Padding is never counted
+    by the penalties.
     """
     block_size = model.config.block_size
     slide = block_size // 2 if slide is None else slide
@@ -50,13 +55,17 @@ def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperat
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
     context = idx[:, -block_size:]
+    prompt_starts = starts  # in idx's columns, for the penalties' counts
+    if starts is not None:  # columns cut off the front of a long prompt take its padding first
+        starts = (starts - (idx.size(1) - context.size(1))).clamp(min=0)
     cache = None if not use_cache else static_cache(model, idx.size(0)) if compile else model.make_cache(idx.size(0))
     decode_step = compiled_decode_step(model) if compile and use_cache else model.decode_step
     check_penalties(repetition_penalty, frequency_penalty, presence_penalty, penalty_last_n)
     penalized = (repetition_penalty, frequency_penalty, presence_penalty) != (1.0, 0.0, 0.0)
     # Neutral penalties count nothing and leave the logits as they are: the samples are those of no penalty at all.
-    counts, window = start_counts(idx, model.config.vocab_size, penalty_last_n) if penalized else (None, None)
-    logits = prefill(model, context, cache)
+    counts, window = start_counts(idx, model.config.vocab_size, penalty_last_n,
+                                  prompt_starts) if penalized else (None, None)
+    logits = prefill(model, context, cache, starts)
     for step in range(max_new_tokens):
         raw = logits[:, :vocab_size]
         processed = raw if counts is None else penalize(raw, counts, repetition_penalty, frequency_penalty,
@@ -71,12 +80,14 @@ def generate_stream(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperat
             break
         if context.size(1) == block_size:
             context = torch.cat((context[:, slide:], next_token), dim=1)
+            starts = None if starts is None else (starts - slide).clamp(min=0)
             if cache is not None:
                 cache.reset()
-            logits = prefill(model, context, cache)
+            logits = prefill(model, context, cache, starts)
         else:
             context = torch.cat((context, next_token), dim=1)
-            logits = model(context)[0][:, -1] if cache is None else decode(model, next_token, cache, decode_step)
+            logits = (model(context, starts=starts)[0][:, -1] if cache is None else
+                      decode(model, next_token, cache, decode_step, starts))
 
 
 @torch.no_grad()
@@ -89,23 +100,28 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
     return torch.cat([idx, *new_tokens], dim=1)
 
 
-def prefill(model: GPT, context: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-    """Last-position logits (B, vocab_size) of context (B, T), cached; a prompt shared by all rows runs once."""
-    shared = cache is not None and context.size(0) > 1 and torch.equal(context, context[:1].expand_as(context))
+def prefill(model: GPT, context: torch.Tensor, cache: KVCache | None,
+            starts: torch.Tensor | None = None) -> torch.Tensor:
+    """Last-position logits (B, vocab_size) of context (B, T) (left-padded rows: starts, see GPT.forward), cached;
+    a prompt shared by all rows runs once."""
+    shared = (cache is not None and starts is None and context.size(0) > 1
+              and torch.equal(context, context[:1].expand_as(context)))
     if not shared:
-        return model(context, cache=cache)[0][:, -1]
+        return model(context, cache=cache, starts=starts)[0][:, -1]
     logits = model(context[:1], cache=cache.first_row())[0][:, -1]
     cache.copy_first_row(context.size(1))
     return logits.expand(context.size(0), -1)
 
 
-def decode(model: GPT, token: torch.Tensor, cache: KVCache, decode_step: DecodeStep | None = None) -> torch.Tensor:
+def decode(model: GPT, token: torch.Tensor, cache: KVCache, decode_step: DecodeStep | None = None,
+           starts: torch.Tensor | None = None) -> torch.Tensor:
     """Logits (B, vocab_size) of one new token (B, 1) per row after the cache, through decode_step (default
     model.decode_step; or its compiled form); the checks run here, on the host, with no device sync."""
     cache.check_room(token.size(0), 1)
     model.check_positions(1, cache.length)
     position = torch.full((1,), cache.length, dtype=torch.long, device=token.device)
-    logits = (decode_step or model.decode_step)(token, position, cache)
+    step = decode_step or model.decode_step
+    logits = step(token, position, cache) if starts is None else step(token, position, cache, starts)
     cache.length += 1
     return logits
 
@@ -198,9 +214,16 @@ def check_penalties(repetition_penalty: float = 1.0, frequency_penalty: float = 
         raise ValueError(f"penalty_last_n={penalty_last_n} must be >= 0 (0 counts the whole sequence)")
 
 
-def start_counts(idx: torch.Tensor, vocab_size: int, last_n: int = 0) -> tuple[torch.Tensor, deque | None]:
+def start_counts(idx: torch.Tensor, vocab_size: int, last_n: int = 0,
+                 starts: torch.Tensor | None = None) -> tuple[torch.Tensor, deque | None]:
     """How often each token id occurs in each row of idx (B, T), or in its last last_n tokens: (B, vocab_size) counts,
-    and (last_n > 0) the window of those tokens, (B, 1) columns oldest first, for count_token to slide."""
+    and (last_n > 0) the window of those tokens, (B, 1) columns oldest first, for count_token to slide. With starts
+    (left padding), a row's padding counts as id vocab_size, one column more that penalize never reads: it fills
+    the window as the row's own tokens would not, and leaves it first."""
+    if starts is not None:
+        columns = torch.arange(idx.size(1), device=idx.device)
+        idx = torch.where(columns[None, :] < starts[:, None], vocab_size, idx)
+        vocab_size += 1
     seen = idx if last_n == 0 else idx[:, -last_n:]
     counts = torch.zeros(idx.size(0), vocab_size, dtype=torch.long, device=idx.device)
     counts.scatter_add_(1, seen, torch.ones_like(seen))

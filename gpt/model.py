@@ -103,6 +103,21 @@ def check_token_ids(idx: torch.Tensor, vocab_size: int, what: str = "token id", 
         raise ValueError(f"{what} {bad} is outside [0, vocab_size={vocab_size})")
 
 
+def check_starts(starts: torch.Tensor, batch_size: int) -> None:
+    """starts must give each of the batch's rows the column its text begins at: int64, (batch_size,), >= 0."""
+    if starts.dtype != torch.int64 or tuple(starts.shape) != (batch_size,):
+        raise ValueError(f"starts must be an int64 tensor of shape ({batch_size},), one column per row; got "
+                         f"{starts.dtype} {tuple(starts.shape)}")
+    if starts.numel() and int(starts.min()) < 0:
+        raise ValueError(f"starts {int(starts.min())} is negative: a row's text begins at a column >= 0")
+
+
+def row_positions(slots: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """(B, T) positions of the cache columns slots (T,) in rows whose text begins at columns starts (B,): the
+    padding before a row's start at position 0 (the mask hides it)."""
+    return (slots[None, :] - starts[:, None]).clamp(min=0)
+
+
 class InputLayer(nn.Module):
     """The token table and everything positional: the term added to the token embedding (the only place where
     positions enter the residual stream), and what attention needs of the positions (rope's angles, the score
@@ -143,8 +158,9 @@ class InputLayer(nn.Module):
             h = h + position_term.to(h.dtype)
         return self.drop(h)
 
-    def attention_inputs(self, positions: torch.Tensor, key_length: int,
-                         cached: bool) -> tuple[torch.Tensor | None, Turns | None, torch.Tensor | None]:
+    def attention_inputs(self, positions: torch.Tensor, key_length: int, cached: bool,
+                         starts: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+                         ) -> tuple[torch.Tensor | None, Turns | None, torch.Tensor | None]:
         """(mask, rope, cope) of queries at positions (T,) over keys at 0 .. key_length-1, shared by every layer.
 
         Without a cache the keys are the queries' own tokens and SDPA's is_causal is right: mask None. With a
@@ -153,7 +169,11 @@ class InputLayer(nn.Module):
         An encoding with a score bias gets a float mask instead (n_head, T, key_length), -inf after the query, or
         (n_layer, n_head, T, key_length) where each layer has its own bias.
         rope: the encoding's turns of the queries and the keys, or None. cope: CoPE's tables, or None.
+        A left-padded batch (starts, see GPT.forward) has positions (B, T), its queries in the cache's columns
+        slots (T,), and a mask per row, (B, 1, T, K).
         """
+        if starts is not None:
+            return self.padded_attention_inputs(positions, key_length, cached, slots, starts)
         # Uncached, the keys are the queries' own tokens (random_positions draws them in training)
         key_pos = torch.arange(key_length, device=positions.device) if cached else positions
         bias = self.encoding.score_bias(self, positions, key_pos)
@@ -162,6 +182,21 @@ class InputLayer(nn.Module):
         else:
             mask = key_pos[None, :] <= positions[:, None] if cached else None
         return mask, self.encoding.rotary(self, positions), self.encoding.contextual(self)
+
+    def padded_attention_inputs(self, positions: torch.Tensor, key_length: int, cached: bool, slots: torch.Tensor,
+                                starts: torch.Tensor) -> tuple[torch.Tensor, Turns | None, torch.Tensor | None]:
+        """attention_inputs for rows whose tokens start at column starts[r] (B,), positions (B, T) counted from
+        there: a query sees the keys from its row's start to its own column. A padding query sees itself alone,
+        so that its softmax has a key (all -inf would be NaN, and its value would reach the real tokens' sums)."""
+        key_slots = torch.arange(key_length, device=slots.device) if cached else slots
+        key_pos = (key_slots[None, :] - starts[:, None]).clamp(min=0)  # (B, K); padding at 0: it is hidden
+        padding = (key_slots[None, None, :] < starts[:, None, None]) & (key_slots[None, :] != slots[:, None])
+        hidden = ((key_slots[None, :] > slots[:, None]) | padding)[:, None]  # (B, 1, T, K)
+        bias = self.encoding.score_bias(self, positions, key_pos)
+        mask = ~hidden if bias is None else bias.masked_fill(hidden, float("-inf"))
+        rope = self.encoding.rotary(self, positions)  # (B, T, head_dim) each: one per row, for all heads
+        rope = None if rope is None else tuple((cos[:, None], sin[:, None]) for cos, sin in rope)
+        return mask, rope, self.encoding.contextual(self)
 
     def crop(self, block_size: int) -> None:
         self.encoding.crop(self, block_size)
@@ -247,11 +282,12 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.qk_norm = config.qk_norm
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
+    def forward(self, x: torch.Tensor, slots: torch.Tensor, cache: KVCache | None = None,
                 mask: torch.Tensor | None = None, rope: Turns | None = None,
                 cope: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, T, C) at positions (T,); mask, rope and cope from InputLayer.attention_inputs (None: causal; None:
-        no rotation; None: no CoPE). With a cache, attends to the whole cache after writing k and v at positions."""
+        """x (B, T, C) in the cache's columns slots (T,); mask (this layer's), rope and cope from
+        InputLayer.attention_inputs (None: causal; None: no rotation; None: no CoPE). With a cache, attends to the
+        whole cache after writing k and v in those columns."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
@@ -261,9 +297,7 @@ class CausalSelfAttention(nn.Module):
             (q_cos, q_sin), (k_cos, k_sin) = rope
             q, k = rotate(q, q_cos, q_sin), rotate(k, k_cos, k_sin)
         if cache is not None:
-            k, v = cache.update(self.layer, positions, k, v)
-        if mask is not None and mask.dim() == 4:  # a bias of each layer's own (FIRE)
-            mask = mask[self.layer]
+            k, v = cache.update(self.layer, slots, k, v)
         if cope is not None:
             y = cope_attention(q, k, v, mask, cope[self.layer], self.dropout if self.training else 0.0)
         else:
@@ -303,10 +337,10 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
+    def forward(self, x: torch.Tensor, slots: torch.Tensor, cache: KVCache | None = None,
                 mask: torch.Tensor | None = None, rope: Turns | None = None,
                 cope: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), positions, cache, mask, rope, cope)
+        x = x + self.attn(self.ln_1(x), slots, cache, mask, rope, cope)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -376,12 +410,15 @@ class GPT(nn.Module):
             raise ValueError(f"past_length={past_length} must be >= 0")
         self.input_layer.encoding.check_length(seq_len, past_length)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits (B, T, vocab_size) for idx (B, T), and the mean cross-entropy if targets are given.
 
         With a cache, idx holds the new tokens only: they get positions cache.length .. cache.length+T-1,
         attend to every cached token, and are appended to the cache.
+        starts (B,): prompts of different lengths in one batch, left-padded: row r's text begins at column
+        starts[r], its token in column c gets position c - starts[r] (as it would alone), and no token attends to
+        the padding before it. None: every row starts at column 0.
         """
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (batch, T), got {tuple(idx.shape)}")
@@ -390,11 +427,15 @@ class GPT(nn.Module):
         if cache is not None:
             cache.check_room(idx.size(0), idx.size(1))
         self.check_positions(idx.size(1), past_length)
-        if self.training and cache is None and self.config.random_positions:
+        slots = torch.arange(past_length, past_length + idx.size(1), device=idx.device)  # the cache's columns
+        if starts is not None:
+            check_starts(starts, idx.size(0))
+            positions = row_positions(slots, starts)
+        elif self.training and cache is None and self.config.random_positions:
             positions = random_positions(idx.size(1), self.config.random_positions, idx.device)
         else:
-            positions = torch.arange(past_length, past_length + idx.size(1), device=idx.device)
-        logits = self.blocks_and_head(self.input_layer(idx, positions), positions, cache)
+            positions = slots
+        logits = self.blocks_and_head(self.input_layer(idx, positions), positions, cache, slots, starts)
         if cache is not None:
             cache.length += idx.size(1)
         loss = None
@@ -403,29 +444,37 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
-    def blocks_and_head(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-        """Logits (B, T, vocab_size) of the embedded x (B, T, n_embd) at positions (T,); with a cache, writes
-        its keys and values at those positions (the caller counts cache.length)."""
+    def blocks_and_head(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None,
+                        slots: torch.Tensor | None = None, starts: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, vocab_size) of the embedded x (B, T, n_embd) at positions (T,), or (B, T) with starts;
+        with a cache, writes its keys and values in the columns slots (T,; default: the positions) (the caller
+        counts cache.length)."""
+        slots = positions if slots is None else slots
         key_length = x.size(1) if cache is None else cache.max_length
-        mask, rope, cope = self.input_layer.attention_inputs(positions, key_length, cached=cache is not None)
+        mask, rope, cope = self.input_layer.attention_inputs(positions, key_length, cache is not None, starts, slots)
+        per_layer = mask is not None and self.input_layer.encoding.per_layer_bias  # FIRE: a bias of each layer's
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
-        for block in self.blocks:
+        for layer, block in enumerate(self.blocks):
+            layer_mask = mask[layer] if per_layer else mask
             if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
-                x = checkpoint(block, x, positions, None, mask, rope, cope, use_reentrant=False)
+                x = checkpoint(block, x, slots, None, layer_mask, rope, cope, use_reentrant=False)
             else:
-                x = block(x, positions, cache, mask, rope, cope)
+                x = block(x, slots, cache, layer_mask, rope, cope)
         logits = self.lm_head(self.ln_f(x))
         if self.config.logit_softcap:
             return self.config.logit_softcap * torch.tanh(logits / self.config.logit_softcap)
         return logits
 
-    def decode_step(self, token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Logits (B, vocab_size) of token (B, 1) at position (1,), its keys and values written into the cache.
+    def decode_step(self, token: torch.Tensor, position: torch.Tensor, cache: KVCache,
+                    starts: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, vocab_size) of token (B, 1) in the cache's column position (1,), its keys and values written
+        there; with starts (B,) (see forward) row r's token is at position - starts[r].
 
         Fixed shapes, no checks and no host sync, so that it compiles to one graph (fast_decode.compiled_decode_step);
         the caller checks the position and counts cache.length.
         """
-        return self.blocks_and_head(self.input_layer(token, position), position, cache)[:, -1]
+        positions = position if starts is None else row_positions(position, starts)
+        return self.blocks_and_head(self.input_layer(token, positions), positions, cache, position, starts)[:, -1]
 
     def crop_block_size(self, block_size: int, cache: KVCache | None = None) -> None:
         """Shrink the context length, e.g. to finetune GPT-2 (1024) with a smaller block_size; a cache that will

@@ -40,6 +40,7 @@ class PositionEncoding:
     extensions: tuple[str, ...] = ("keep",)
     settings: tuple[str, ...] = ()  # the GPTConfig fields this encoding reads (any other encoding's do nothing here)
     randomizable = False  # whether random_positions (Ruoss et al. 2023) applies: positions enter as absolute ones
+    per_layer_bias = False  # whether score_bias gives each layer its own bias (n_layer first)
 
     def __init__(self, config):
         self.config = config  # a model.GPTConfig, shared with the model (crop_block_size changes it)
@@ -85,7 +86,8 @@ class PositionEncoding:
         """Draw the parameters that `held` (the input layer) holds under new_parameters' names."""
 
     def input_term(self, held: nn.Module, positions: torch.Tensor) -> torch.Tensor | None:
-        """(T, n_embd) added to the token embeddings at positions (T,), or None: nothing."""
+        """(T, n_embd) added to the token embeddings at positions (T,), or None: nothing. Positions (B, T), one row
+        per prompt of a left-padded batch, give (B, T, n_embd); so for every method below."""
         return None
 
     def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns | None:
@@ -100,8 +102,9 @@ class PositionEncoding:
 
     def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor | None:
         """(n_head, T, K) float added to the scaled scores q.k/sqrt(head_dim) of queries at query_pos (T,) over keys
-        at key_pos (K,), or (n_layer, n_head, T, K) where each layer has its own; or None. Only causal pairs (key <=
-        query) are ever read: the model masks the rest."""
+        at key_pos (K,), or (n_layer, n_head, T, K) where each layer has its own (per_layer_bias); or None; (B, T) and
+        (B, K) positions give (B, n_head, T, K) and (n_layer, B, n_head, T, K). Only causal pairs (key <= query) are
+        ever read: the model masks the rest."""
         return None
 
 
@@ -169,9 +172,9 @@ class Sinusoidal(PositionEncoding):
         return {"inv_freq": (inv_freq / self.config.position_scale).float()}
 
     def input_term(self, held: nn.Module, positions: torch.Tensor) -> torch.Tensor:
-        angles = positions.float()[:, None] * held.inv_freq[None, :]
+        angles = positions.float()[..., None] * held.inv_freq
         # sin on even features, cos on odd ones, interleaved
-        return self.config.sinusoidal_amplitude * torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
+        return self.config.sinusoidal_amplitude * torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
 
 
 class Rope(PositionEncoding):
@@ -290,7 +293,7 @@ class XPos(Rope):
 
     def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
         cos, sin = rotary_cos_sin(positions, held.rope_inv_freq)
-        scale = (positions.float()[:, None] / self.config.xpos_scale_base * held.xpos_log_zeta[None, :]).exp()
+        scale = (positions.float()[..., None] / self.config.xpos_scale_base * held.xpos_log_zeta).exp()
         scale = torch.cat((scale, scale), dim=-1)
         return (cos * scale, sin * scale), (cos / scale, sin / scale)
 
@@ -301,7 +304,7 @@ class Alibi(PositionEncoding):
     def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
         slopes = torch.tensor(alibi_slopes(self.config.n_head), device=query_pos.device)
         # not scaled by 1/sqrt(head_dim), as in the paper
-        return -slopes[:, None, None] * (query_pos[:, None] - key_pos[None, :]).float()
+        return -slopes[:, None, None] * distances(query_pos, key_pos).unsqueeze(-3).float()
 
 
 class T5Bias(PositionEncoding):
@@ -327,9 +330,8 @@ class T5Bias(PositionEncoding):
         nn.init.normal_(held.relative_bias, mean=0.0, std=self.config.n_embd ** -0.5)
 
     def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
-        buckets = t5_bucket(query_pos[:, None] - key_pos[None, :], self.config.t5_num_buckets,
-                            self.config.t5_max_distance)
-        return held.relative_bias[buckets].permute(2, 0, 1)  # (T, K, n_head) -> (n_head, T, K)
+        buckets = t5_bucket(distances(query_pos, key_pos), self.config.t5_num_buckets, self.config.t5_max_distance)
+        return held.relative_bias[buckets].movedim(-1, -3)  # (T, K, n_head) -> (n_head, T, K)
 
 
 class Kerple(PositionEncoding):
@@ -356,7 +358,7 @@ class Kerple(PositionEncoding):
 
     def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
         r1, r2 = kerple_parameters(held, self.config.kerple_kernel)
-        distance = (query_pos[:, None] - key_pos[None, :]).clamp(min=0).float()
+        distance = distances(query_pos, key_pos).clamp(min=0).unsqueeze(-3).float()
         if self.config.kerple_kernel == "log":
             return -r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)
         return -r1[:, None, None] * distance ** r2[:, None, None]
@@ -383,6 +385,7 @@ class Fire(PositionEncoding):
     stretched. As the paper's listing: |c x|, L = |a| block_size with a learned from 1, psi(max(L, i)) + 1e-6."""
 
     settings = ("fire_width",)
+    per_layer_bias = True
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -403,7 +406,9 @@ class Fire(PositionEncoding):
             nn.init.uniform_(getattr(held, name), -fan_in ** -0.5, fan_in ** -0.5)
 
     def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
-        """(n_layer, n_head, T, K): a bias for each layer."""
+        """(n_layer, n_head, T, K): a bias for each layer; (n_layer, B, n_head, T, K) for positions of B rows."""
+        if query_pos.dim() == 2:  # a row's normaliser psi(max(L, i)) reads its own positions
+            return torch.stack([self.score_bias(held, q, k) for q, k in zip(query_pos, key_pos, strict=True)], 1)
         c = held.fire_c[:, None, None]
         threshold = held.fire_threshold.abs()[:, None] * self.config.block_size  # (n_layer, 1)
         distance = (query_pos[:, None] - key_pos[None, :]).clamp(min=0).float()
@@ -466,6 +471,11 @@ def cope_scores(q: torch.Tensor, scores: torch.Tensor, table: torch.Tensor) -> t
     by_row = q @ table.to(q.dtype)  # (B, n_head, T, positions): each query against every row of the table
     weight = (position - low).to(by_row.dtype)
     return by_row.gather(-1, high.long()) * weight + by_row.gather(-1, low.long()) * (1 - weight)
+
+
+def distances(query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+    """query - key position (T, K) of queries at query_pos (T,) and keys at key_pos (K,); (B, T, K) for each row's."""
+    return query_pos[..., :, None] - key_pos[..., None, :]
 
 
 def t5_bucket(distance: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
@@ -542,7 +552,7 @@ def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
                    attention_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (T, head_dim) of positions (T,) times inv_freq (head_dim/2,), float32, both multiplied by
     attention_factor: queries and keys both turned by them scale every score q.k by attention_factor^2."""
-    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = positions.float()[..., None] * inv_freq
     angles = torch.cat((angles, angles), dim=-1)
     if attention_factor == 1.0:
         return angles.cos(), angles.sin()

@@ -261,6 +261,7 @@ def test_neutral_values_leave_every_token_as_without_the_options(pos_encoding, t
     ("--penalty_last_n=-1", "penalty_last_n=-1 must be >= 0 (0 counts the whole sequence)"),
     ("--logprobs=-1", "logprobs=-1 must be >= 0"),
     ("--logprobs_file=", "logprobs_file='' names no file"),
+    ("--prompts_per_line=True", "prompts_per_line=True reads prompts from a file, one per line; give --start=FILE"),
 ])
 def test_sampling_option_mistakes_are_one_line(tmp_path, capsys, flag, fragment):
     extra = ["--logprobs=2"] if flag.startswith("--logprobs_file") else []
@@ -295,3 +296,28 @@ def test_a_logprobs_file_already_there_stays_whole_until_the_new_one_is(tmp_path
         sample.sample(model, tokenizer, SampleConfig(start="a", logprobs=1, logprobs_file=str(earlier)))
     assert earlier.read_text() == "an earlier run's log-probabilities\n"
     assert [p.name for p in tmp_path.iterdir()] == ["lp.jsonl"]
+
+
+@torch.no_grad()
+def test_prompts_per_line_sample_each_prompt_as_alone_in_one_batch(tmp_path):
+    """Three prompts of 2, 7 and 4 characters (and a blank line, skipped), 2 samples each, one left-padded batch:
+    row i (prompt i // 2) is what that prompt alone gives with --seed=seed + i, stops and penalties included."""
+    model, tokenizer = tiny_model("rope"), CharTokenizer(CHARS)
+    lines = ["ab", "hello w", "", "xyz1"]
+    (tmp_path / "prompts.txt").write_text("\n".join(lines) + "\n")
+    kw = dict(num_samples=2, max_new_tokens=BLOCK - 7, temperature=1.0, top_k=None, seed=5, repetition_penalty=1.2)
+    together = sample.sample(model, tokenizer, SampleConfig(start=f"FILE:{tmp_path / 'prompts.txt'}",
+                                                            prompts_per_line=True, **kw))
+    prompts = [line for line in lines if line]
+    assert len(together) == 6
+    for i, text in enumerate(together):
+        alone = sample.sample(model, tokenizer, SampleConfig(start=prompts[i // 2], **{**kw, "num_samples": 1,
+                                                                                       "seed": 5 + i}))
+        assert text == alone[0], i
+    stop = together[3][7:][2:4]  # the stop cuts row 3 (and perhaps others) where it would cut it alone
+    stopped = sample.sample(model, tokenizer, SampleConfig(start=f"FILE:{tmp_path / 'prompts.txt'}",
+                                                           prompts_per_line=True, stop=[stop], **kw))
+    assert stopped[3] == together[3][:7 + 2]
+    (tmp_path / "blank.txt").write_text("\n \n")
+    with pytest.raises(UserError, match="has no line with text"):
+        sample.sample(model, tokenizer, SampleConfig(start=f"FILE:{tmp_path / 'blank.txt'}", prompts_per_line=True))
