@@ -306,8 +306,10 @@ def test_prompts_per_line_sample_each_prompt_as_alone_in_one_batch(tmp_path):
     lines = ["ab", "hello w", "", "xyz1"]
     (tmp_path / "prompts.txt").write_text("\n".join(lines) + "\n")
     kw = dict(num_samples=2, max_new_tokens=BLOCK - 7, temperature=1.0, top_k=None, seed=5, repetition_penalty=1.2)
+    pieces = []  # --stream: the first prompt's first sample
     together = sample.sample(model, tokenizer, SampleConfig(start=f"FILE:{tmp_path / 'prompts.txt'}",
-                                                            prompts_per_line=True, **kw))
+                                                            prompts_per_line=True, **kw), on_text=pieces.append)
+    assert "".join(pieces) == together[0]
     prompts = [line for line in lines if line]
     assert len(together) == 6
     for i, text in enumerate(together):
