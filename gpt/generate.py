@@ -120,8 +120,7 @@ def decode(model: GPT, token: torch.Tensor, cache: KVCache, decode_step: DecodeS
     cache.check_room(token.size(0), 1)
     model.check_positions(1, cache.length)
     position = torch.full((1,), cache.length, dtype=torch.long, device=token.device)
-    step = decode_step or model.decode_step
-    logits = step(token, position, cache) if starts is None else step(token, position, cache, starts)
+    logits = (decode_step or model.decode_step)(token, position, cache, starts)
     cache.length += 1
     return logits
 

@@ -193,7 +193,6 @@ def study_comparisons(records: list[dict], cells: list[str], lengths: list[int],
     return families
 
 
-
 def budget_summary(records: list[dict], study: dict, ablate: AblateConfig) -> dict:
     """Every budget at L = block_size: each cell's mean and interval, and each cell's paired gap to the reference
     cell (with the TOST verdict when a margin is set); the data of the loss- and gap-against-tokens plots."""
