@@ -44,7 +44,7 @@ class AblateConfig:
     eval_batch_size: int = 64  # windows per forward pass in the evaluation
     reference: str = ""  # the cell that the paired-difference plot compares every other cell to; "": the first
     compare_to: list[str] = field(default_factory=list)  # paired tests of each cell with these only; []: every pair
-    target_loss: float = 0.0  # time to target (docs/speedrun.md): the test loss at L = block_size to reach; 0: none
+    target_loss: float = 0.0  # time to target (docs/speedrun.md): eval_split's loss at L = block_size; 0: none
     threads: int = 0  # torch CPU threads; 0: torch's default. 1 is faster when other jobs share a small CPU
     jobs: int = 1  # runs trained at once, each in its own process on its share of the CPUs (or --threads)
     run_index: int = -1  # train and evaluate only run number K of the plan (a job array's task); -1: all

@@ -177,18 +177,27 @@ def run_plan(ablate: AblateConfig, train_config: "TrainConfig", model_config: "G
     """The study's runs at every budget, seed by seed; cells default to study_cells."""
     cells = study_cells(ablate) if cells is None else cells
     configured = configured_cells(cells, train_config, model_config)
-    check_cell_lengths(cells, ablate, train_config)
+    check_cell_lengths(cells, configured, ablate, train_config)
     plan = budget_plan(configured, Path(ablate.study_dir), study_seeds(ablate), ablate.budgets or [None],
                        ablate.eval_split)
     return with_finetunes(plan + extra_runs(plan, ablate, configured), cells, ablate)
 
 
-def check_cell_lengths(cells: list[dict], ablate: AblateConfig, train_config: "TrainConfig") -> None:
-    """A cell of its own max_iters is refused before anything trains: without --budgets the tables compare every
-    cell at the study's max_iters (a cell of another length was left out of them without a word, or, alone, left
-    no report), and with them each budget sets every run's max_iters (the cell's did nothing). A from_cell
-    finetune's max_iters is its own run's length: it is reported at its base's budget."""
-    for cell in cells:
+def own_steps(ablate: AblateConfig, cells: list[dict]) -> bool:
+    """Whether cells train steps of their own: a time-to-target study (--target_loss) without --budgets, where a
+    recipe's step count is part of the recipe (docs/speedrun.md); its tables then compare every cell as trained."""
+    return bool(ablate.target_loss) and not ablate.budgets and any(
+        "max_iters" in cell and FROM_CELL not in cell for cell in cells)
+
+
+def check_cell_lengths(cells: list[dict], configured: list[Cell], ablate: AblateConfig,
+                       train_config: "TrainConfig") -> None:
+    """A cell of its own max_iters is refused before anything trains, but in a time-to-target study without
+    --budgets: without --budgets the tables compare every cell at the study's max_iters (a cell of another length
+    was left out of them without a word, or, alone, left no report), and with them each budget sets every run's
+    max_iters (the cell's did nothing). A from_cell finetune's max_iters is its own run's length: it is reported
+    at its base's budget. A recipe of its own steps under a cosine must end it there (lr_decay_iters)."""
+    for cell, configured_cell in zip(cells, configured, strict=True):
         if FROM_CELL in cell or "max_iters" not in cell:
             continue
         name, steps = cell_name(cell), cell["max_iters"]
@@ -197,11 +206,19 @@ def check_cell_lengths(cells: list[dict], ablate: AblateConfig, train_config: "T
             raise OptionError(f"cell {name!r} sets max_iters={steps}, but --budgets={budgets} sets every run's: it "
                               f"would do nothing; drop max_iters from the cell (and add {steps} to --budgets to train "
                               "every cell that long)")
+        config = configured_cell.train_config
+        if ablate.target_loss:
+            if config.decay_lr and config.lr_schedule == "cosine" and config.lr_decay_iters != steps:
+                raise OptionError(f"cell {name!r} trains max_iters={steps} steps, but its cosine reaches min_lr at "
+                                  f"lr_decay_iters={config.lr_decay_iters}; add lr_decay_iters={steps} to the cell "
+                                  "(or lr_schedule=wsd, which decays over the end of max_iters)")
+            continue
         if steps != train_config.max_iters:
             both = ",".join(map(str, sorted({train_config.max_iters, steps})))
             raise OptionError(f"cell {name!r} sets max_iters={steps}, but the study compares every cell at its "
-                              f"max_iters={train_config.max_iters}; drop max_iters from the cell, or train every cell "
-                              f"to both with --budgets={both}")
+                              f"max_iters={train_config.max_iters}; drop max_iters from the cell, train every cell "
+                              f"to both with --budgets={both}, or give --target_loss (a time-to-target study: each "
+                              "recipe its own steps)")
 
 
 def extra_runs(plan: list[StudyRun], ablate: AblateConfig, cells: list[Cell]) -> list[StudyRun]:

@@ -200,7 +200,8 @@ def budget_summary(records: list[dict], study: dict, ablate: AblateConfig) -> di
     reference = ablate.reference or cells[0]
     longer = [n for n in study["lengths"] if n > block_size] if set(PROTOCOLS) <= set(ablate.protocols) else []
     by_budget = {}
-    for budget in sorted({r["budget"] for r in records}):
+    # Cells of their own steps (a time-to-target study) share no budget: a gap at each would lack the reference
+    for budget in [] if study["own_steps"] else sorted({r["budget"] for r in records}):
         runs = [r for r in records if r["budget"] == budget]
         pairs = [((c, "nonoverlapping"), (reference, "nonoverlapping")) for c in cells if c != reference]
         itself = [((c, "nonoverlapping"), (c, "sliding")) for c in cells]
@@ -261,7 +262,8 @@ FAMILY_NOTES = {
 def header_lines(ablate: AblateConfig, plan: list[StudyRun], records: list[dict], study: dict) -> list[str]:
     first, model_config = plan[0].train_config, plan[0].model_config
     window, stride = sliding_geometry(ablate, model_config.block_size)
-    budget = f"{study['headline_budget']} steps" + (
+    budget = ("each cell's own steps (the steps column)" if study["own_steps"] else
+              f"{study['headline_budget']} steps") + (
         f" or {first.max_seconds:g} s of training" if first.max_seconds else "")
     budgets = sorted(ablate.budgets)
     schedules = {(r.train_config.decay_lr, r.train_config.lr_schedule) for r in plan}
@@ -434,7 +436,8 @@ def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[di
     lines = header + ["", *main_table(rows, study)]
     if target:
         config = study["ablate_config"]
-        lines += target_table(target, config["target_loss"], labels, config["reference"] or target[0]["variant"])
+        lines += target_table(target, config["target_loss"], labels, config["reference"] or target[0]["variant"],
+                              study["split"])
     if len(budgets["by_budget"]) > 1:
         lines += budget_table(budgets, study)
     if study["lr_sweep"]:
@@ -526,14 +529,14 @@ def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], stu
                  ablate: AblateConfig) -> dict:
     """Tables, comparisons and plots of the evaluated runs: the main ones at the headline budget."""
     evaluated = [r for r in with_history(plan, records) if "eval" in r]
-    headline = [r for r in evaluated if r["budget"] == study["headline_budget"]]
+    headline = [r for r in evaluated if study["own_steps"] or r["budget"] == study["headline_budget"]]
     cells = list(dict.fromkeys(r["variant"] for r in headline))
     rows = summarize(headline, study["lengths"], ablate.protocols, study["labels"])
     families = study_comparisons(headline, study["cells"], study["lengths"], ablate, study["block_size"],
                                  (study["lr_sweep"] or {}).get("own"), study["from_cells"])
     budgets = budget_summary(evaluated, study, ablate)
     headline_runs = [(run, record) for run, record in zip(plan, records, strict=True)
-                     if run.budget == study["headline_budget"] and run.role == "run"]
+                     if run.role == "run" and (study["own_steps"] or run.budget == study["headline_budget"])]
     headline_plan = [run for run, _ in headline_runs]
     plots = plot_all(study_dir, rows, headline, families, study,
                                   position_tables(headline_plan, [record for _, record in headline_runs]),

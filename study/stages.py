@@ -17,7 +17,7 @@ from study.evaluation import eval_lengths, sliding_geometry, untrained_buckets
 from study.folder import check_own_folders
 from study.jobs import finished_records, study_records
 from study.paired_stats import CONFIDENCE
-from study.plan import StudyRun, from_cells, headline_budget, lr_sweep_plan, pick_learning_rates, run_plan
+from study.plan import StudyRun, from_cells, headline_budget, lr_sweep_plan, own_steps, pick_learning_rates, run_plan
 from study.records import read_json
 from study.report import report_study
 from text.dataset import check_recorded_tokens, load_split, resolve_data_dir
@@ -127,7 +127,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     study = {"ablate_config": asdict(ablate), "lengths": eval_lengths(block_size, ablate.eval_multipliers),
              "block_size": block_size, "window": sliding_geometry(ablate, block_size)[0], "checkpoint": CHECKPOINT,
              "confidence": CONFIDENCE, "split": ablate.eval_split,
-             "headline_budget": headline_budget(ablate, train_config),
+             "headline_budget": headline_budget(ablate, train_config), "own_steps": own_steps(ablate, cells),
              "labels": {run.variant: run.label for run in plan}, "cells": names,
              "from_cells": from_cells(cells),
              "lr_sweep": None if sweep is None else {k: v for k, v in sweep.items() if k != "runs"}}

@@ -51,14 +51,15 @@ def time_ratio(cell: dict[int, float], reference: dict[int, float]) -> dict:
     return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half), "seeds": len(shared)}
 
 
-def target_table(rows: list[dict], target: float, labels: dict[str, str], reference: str) -> list[str]:
-    """The Markdown section of the time-to-target table."""
-    lines = ["", f"## Time to the target: test loss <= {target:g} at L = block_size", "",
+def target_table(rows: list[dict], target: float, labels: dict[str, str], reference: str,
+                 split: str) -> list[str]:
+    """The Markdown section of the time-to-target table, its losses on split."""
+    lines = ["", f"## Time to the target: {split} loss <= {target:g} at L = block_size", "",
              f"A cell reaches the target when the one-sided t test of its mean loss <= {target:g} gives p < "
              f"{TARGET_ALPHA:g} over at least {TARGET_SEEDS} seeds. Training time excludes evaluation (as max_seconds "
              f"counts it); the ratio to {labels[reference]} is the geometric mean of the seeds' ratios with its "
              f"{CONFIDENCE:.0%} interval.", "",
-             "| cell | steps | seeds | training s, median (min-max) | test loss | p (<= target) | reaches | time "
+             f"| cell | steps | seeds | training s, median (min-max) | {split} loss | p (<= target) | reaches | time "
              "ratio |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         loss, p, ratio, s = row["loss"], row["p_at_most_target"], row["time_ratio"], row["seconds"]

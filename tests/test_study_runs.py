@@ -19,6 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from helpers import assert_one_line_error, cli, corpus, digests
 
@@ -489,6 +490,52 @@ def test_a_cell_of_another_length_is_refused_before_anything_trains(reference, t
     result = cli(ablate.main, flags(tmp_path / "study", reference / "data", variants=variants, **extra), capsys)
     budget = "--budgets=4,8" if extra else "max_iters=4"
     assert_one_line_error(*result, "cell 'rope max_iters=6' sets max_iters=6", budget, "drop max_iters from the cell")
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_time_to_target_study_trains_each_recipe_its_own_steps(reference, tmp_path, capsys, monkeypatch):
+    """A speedrun's recipes differ in steps: with --target_loss and no --budgets a cell's max_iters is its own,
+    and the time-to-target columns follow from the records, here on a stubbed clock (seconds a step per run)."""
+    from scipy import stats
+
+    fast = "learned max_iters=2 lr_decay_iters=2"
+    per_step = {("learned", 1337): 1.0, ("learned", 1338): 2.0, (fast, 1337): 0.3, (fast, 1338): 0.5}
+    real = study_run.train_in
+
+    def timed(run, folder, bar, start):
+        result = real(run, folder, bar, start)
+        return {**result, "train_seconds": result["iter_num"] * per_step[run.variant, run.seed]}
+
+    monkeypatch.setattr(study_run, "train_in", timed)
+    study_dir = tmp_path / "study"
+    code, _, err = cli(ablate.main, flags(study_dir, reference / "data", variants=f"learned,{fast}", target_loss=3.5,
+                                          reference="learned"), capsys)
+    assert code == 0, err
+    results = json.loads((study_dir / "results.json").read_text())
+    rows = {row["variant"]: row for row in results["target"]}
+    assert (rows["learned"]["steps"], rows[fast]["steps"]) == (4, 2)
+    assert rows[fast]["seconds"] == {"median": 0.8, "min": 0.6, "max": 1.0}  # 2 steps of 0.3 s and of 0.5 s
+    logs = np.log([2 * 0.3 / (4 * 1.0), 2 * 0.5 / (4 * 2.0)])
+    half = stats.t.ppf(0.975, 1) * logs.std(ddof=1) / np.sqrt(2)
+    ratio = rows[fast]["time_ratio"]
+    assert (ratio["ratio"], ratio["low"], ratio["high"]) == pytest.approx(
+        (np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)), rel=1e-9)
+    for cell, folder in (("learned", "learned"), (fast, "learned_max_iters=2_lr_decay_iters=2")):
+        losses = np.array([json.loads((study_dir / folder / f"seed{s}" / "eval.json").read_text())["protocols"][
+            "nonoverlapping"]["16"]["loss"] for s in (1337, 1338)])
+        t = (losses.mean() - 3.5) / (losses.std(ddof=1) / np.sqrt(2))
+        assert rows[cell]["p_at_most_target"] == pytest.approx(stats.t.cdf(t, 1), rel=1e-9)
+        assert not rows[cell]["reaches"]  # 2 seeds are never a record
+    text = (study_dir / "results.md").read_text()
+    assert "the tables' budget each cell's own steps" in text and "## Budgets" not in text
+    assert [row["steps"] for row in results["summary"]] == [4, 2]
+
+
+def test_a_recipe_of_its_own_steps_must_end_its_cosine_there(reference, tmp_path, capsys):
+    result = cli(ablate.main, flags(tmp_path / "study", reference / "data", variants="learned,learned max_iters=2",
+                                    target_loss=3.5), capsys)
+    assert_one_line_error(*result, "cell 'learned max_iters=2' trains max_iters=2 steps, but its cosine reaches "
+                          "min_lr at lr_decay_iters=4", "add lr_decay_iters=2 to the cell")
     assert not (tmp_path / "study").exists()
 
 

@@ -51,6 +51,6 @@ def test_fewer_than_five_seeds_never_reach_the_target():
 
 def test_the_table_prints_each_row_once():
     rows = target_rows(RECORDS, ["base", "fast"], "base", 1.4724, BLOCK)
-    lines = target_table(rows, 1.4724, {"base": "nanoGPT", "fast": "muon"}, "base")
-    assert lines[1] == "## Time to the target: test loss <= 1.4724 at L = block_size"
+    lines = target_table(rows, 1.4724, {"base": "nanoGPT", "fast": "muon"}, "base", "val")
+    assert lines[1] == "## Time to the target: val loss <= 1.4724 at L = block_size"  # a search's, on val
     assert sum(line.startswith("| muon | 1500 | 5 | 30.5 (29.0-33.0) | 1.4506") for line in lines) == 1
