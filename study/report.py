@@ -531,6 +531,7 @@ def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], stu
     evaluated = [r for r in with_history(plan, records) if "eval" in r]
     headline = [r for r in evaluated if study["own_steps"] or r["budget"] == study["headline_budget"]]
     cells = list(dict.fromkeys(r["variant"] for r in headline))
+    reference = ablate.reference or cells[0]
     rows = summarize(headline, study["lengths"], ablate.protocols, study["labels"])
     families = study_comparisons(headline, study["cells"], study["lengths"], ablate, study["block_size"],
                                  (study["lr_sweep"] or {}).get("own"), study["from_cells"])
@@ -540,9 +541,10 @@ def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], stu
     headline_plan = [run for run, _ in headline_runs]
     plots = plot_all(study_dir, rows, headline, families, study,
                                   position_tables(headline_plan, [record for _, record in headline_runs]),
-                                  ablate.reference or cells[0], budgets)
-    target = target_rows(headline, cells, ablate.reference or cells[0], ablate.target_loss,
-                         study["block_size"]) if ablate.target_loss else None
+                                  reference, budgets)
+    # every budget of each cell (how soon it reaches the target), timed against the reference at the headline
+    target = target_rows(evaluated, cells, reference, ablate.target_loss, study["block_size"], next(
+        r["budget"] for r in headline if r["variant"] == reference)) if ablate.target_loss else None
     write_results(study_dir, rows, families, headline, header_lines(ablate, headline_plan, headline, study), study,
                   plots, budgets, target)
     return {"summary": rows, "comparisons": families, "budgets": budgets, "runs": records,

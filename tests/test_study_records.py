@@ -420,7 +420,10 @@ def test_the_time_to_target_table_is_recomputed_from_the_records(reference, tmp_
     code, _, err = cli(ablate.main, flags(study_dir, reference / "data", report_only=True, target_loss=3.5,
                                           reference="learned"), capsys)
     assert code == 0, err
-    rows = {row["variant"]: row for row in json.loads((study_dir / "results.json").read_text())["target"]}
+    rows = {(row["variant"], row["budget"]): row for row in json.loads((study_dir / "results.json").read_text())[
+        "target"]}
+    assert sorted(rows) == [("learned", 4), ("learned", 8), ("none", 4), ("none", 8)]  # every budget: how soon
+    rows = {cell: rows[cell, 8] for cell in ("learned", "none")}
 
     def seconds(run: Path) -> float:  # the 8-step branch and the constant-rate run it starts from
         done = json.loads((run / "done.json").read_text())

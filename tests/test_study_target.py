@@ -12,7 +12,7 @@ BLOCK = 64
 
 
 def record(cell: str, seed: int, loss: float, seconds: float, steps: int = 2000) -> dict:
-    return {"variant": cell, "seed": seed, "iter_num": steps, "train_seconds": seconds,
+    return {"variant": cell, "seed": seed, "budget": steps, "iter_num": steps, "train_seconds": seconds,
             "eval": {"protocols": {"nonoverlapping": {str(BLOCK): {"loss": loss}}}}}
 
 
@@ -24,7 +24,7 @@ RECORDS = ([record("base", s, *v) for s, v in BASE.items()] +
 
 def test_each_column_equals_its_hand_computation():
     target = 1.4724
-    rows = {row["variant"]: row for row in target_rows(RECORDS, ["base", "fast"], "base", target, BLOCK)}
+    rows = {row["variant"]: row for row in target_rows(RECORDS, ["base", "fast"], "base", target, BLOCK, 2000)}
     for cell, values in (("base", BASE), ("fast", FAST)):
         losses = np.array([v[0] for v in values.values()])
         t = (losses.mean() - target) / (losses.std(ddof=1) / math.sqrt(5))
@@ -45,12 +45,25 @@ def test_each_column_equals_its_hand_computation():
 
 def test_fewer_than_five_seeds_never_reach_the_target():
     four = [r for r in RECORDS if r["seed"] != 1341]
-    row = target_rows(four, ["fast"], "base", 1.4724, BLOCK)[0]
+    row = target_rows(four, ["fast"], "base", 1.4724, BLOCK, 2000)[0]
     assert row["p_at_most_target"] < TARGET_ALPHA and not row["reaches"]
 
 
 def test_the_table_prints_each_row_once():
-    rows = target_rows(RECORDS, ["base", "fast"], "base", 1.4724, BLOCK)
+    rows = target_rows(RECORDS, ["base", "fast"], "base", 1.4724, BLOCK, 2000)
     lines = target_table(rows, 1.4724, {"base": "nanoGPT", "fast": "muon"}, "base", "val")
     assert lines[1] == "## Time to the target: val loss <= 1.4724 at L = block_size"  # a search's, on val
     assert sum(line.startswith("| muon | 1500 | 5 | 30.5 (29.0-33.0) | 1.4506") for line in lines) == 1
+
+
+def test_each_budget_of_a_cell_is_a_row_timed_against_the_reference_at_its_own_budget():
+    """A search of several budgets: how soon each recipe gets there, against the baseline recipe as it is."""
+    short = [record("fast", s, v[0] + 0.05, v[1] / 2, steps=750) for s, v in FAST.items()]
+    early = [record("base", s, v[0] + 0.2, v[1] / 4, steps=500) for s, v in BASE.items()]
+    rows = target_rows(RECORDS + short + early, ["base", "fast"], "base", 1.4724, BLOCK, 2000)
+    assert [(row["variant"], row["steps"]) for row in rows] == [("base", 500), ("base", 2000), ("fast", 750),
+                                                                 ("fast", 1500)]
+    logs = np.log([FAST[s][1] / 2 / BASE[s][1] for s in BASE])  # against base's 2000 steps, not its 500
+    assert math.isclose(rows[2]["time_ratio"]["ratio"], math.exp(logs.mean()), rel_tol=1e-12)
+    assert math.isclose(rows[0]["time_ratio"]["ratio"], 0.25, rel_tol=1e-12)
+    assert not rows[2]["reaches"] and rows[3]["reaches"]  # 0.05 above at 750 steps, below at 1500
