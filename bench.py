@@ -10,6 +10,8 @@
                                                                                    # 1 or 2 threads, 1 or 2 jobs
     python bench.py config/baby_cpu.py --what=encodings --clock=cpu --max_new_tokens=256  # each position encoding
                                                                                          # vs learned
+    python bench.py config/train_shakespeare_char_cpu.py --what=nanogpt --nanogpt_dir=../nanoGPT --repeats=1
+                                                                 # whole runs: nanoGPT's own train.py vs ours
 
 Training: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and with each
 change added (fused AdamW, compile, bfloat16 autocast on CPU), then train.train() against the bare loop of the
@@ -27,6 +29,9 @@ eager training step on one fixed batch at block_size and at 4x block_size with a
 decoding of one sequence with a KV cache, one token a call: ms a step, tokens/s, and each as a time over learned's.
 Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each vocabulary size: seconds to learn
 (bpe_train.learn_bpe), MB/s of tiktoken's encode_ordinary and of HF's own encoder, and tokens per UTF-8 byte.
+nanoGPT: whole training runs of nanoGPT's own train.py and of ours on one CPU recipe and one character dataset,
+alternating over the rounds, as separate processes: each one's training seconds with evaluation excluded, and the
+ratio round by round.
 """
 
 import json
@@ -40,6 +45,7 @@ from pathlib import Path
 from benchmarks.common import BenchConfig
 from benchmarks.decode_speed import bench_sample, bench_step_variants
 from benchmarks.encoding_speed import bench_encodings
+from benchmarks.nanogpt_train import bench_nanogpt
 from benchmarks.study_speed import bench_study
 from benchmarks.tokenizer_speed import bench_tokenizer, tokenizer_text
 from benchmarks.train_speed import bench_train
@@ -88,7 +94,8 @@ def load_averages() -> str:
 
 
 BENCHMARKS = {"train": bench_train, "sample": bench_sample, "step": bench_step_variants,  # --what: its benchmark
-              "tokenizer": bench_tokenizer, "study": bench_study, "encodings": bench_encodings}
+              "tokenizer": bench_tokenizer, "study": bench_study, "encodings": bench_encodings,
+              "nanogpt": bench_nanogpt}
 
 
 def measure_once(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> dict:

@@ -703,7 +703,8 @@ def main(argv: list[str]) -> None:
         sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"done: {result['iter_num']} iterations, best val loss {result['best_val_loss']:.4f}, "
-              f"{result['tokens_per_sec']:,.0f} tokens/s")
+              f"{result['tokens_per_sec']:,.0f} tokens/s, {result['train_seconds']:.2f} s of training "
+              "(evaluation excluded)")
 
 
 if __name__ == "__main__":

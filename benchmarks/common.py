@@ -8,12 +8,12 @@ import torch
 
 from text.bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
-WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings")  # bench.py's BENCHMARKS, in their order
+WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings", "nanogpt")  # bench.py's BENCHMARKS, in order
 
 
 @dataclass
 class BenchConfig:
-    what: str = "train"  # train | sample | step | tokenizer | study | encodings (each: bench.py's description above)
+    what: str = "train"  # train | sample | step | tokenizer | study | encodings | nanogpt (bench.py's description)
     bench_steps: int = 30  # timed training steps per variant and round
     warmup_steps: int = 5  # untimed steps first (compilation, allocator warm-up)
     rounds: int = 3  # alternating rounds over the variants; the median round counts
@@ -22,7 +22,7 @@ class BenchConfig:
     sample_batch: int = 8  # the larger batch of the decoding benchmark
     sample_vocab_size: int = 65  # vocabulary of the random decoding model
     clock: str = "wall"  # wall | cpu: this process's CPU time, steadier on a shared machine (with OMP_NUM_THREADS=1)
-    nanogpt_dir: str = ""  # a checkout of karpathy/nanoGPT: its model and optimizer timed in the same rounds
+    nanogpt_dir: str = ""  # a checkout of karpathy/nanoGPT: its model and optimizer (nanogpt: train.py) timed beside
     repeats: int = 3  # separate processes, each the whole benchmark; every figure is their median (min-max)
     figures_file: str = ""  # set by --repeats for each of its processes: write the figures there as JSON
     input: str = ""  # --what=tokenizer: the UTF-8 text to measure on (required there)
