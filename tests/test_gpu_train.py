@@ -1,6 +1,6 @@
 """The training paths that only a CUDA GPU runs: bf16 and fp16 autocast (with the grad scaler), the compiled
-step, FSDP2's bf16 mixed precision, memory.py's estimate against the allocator's peak, and pinned-memory
-batches. Marked gpu: skipped without CUDA, run with `python -m pytest -m gpu`.
+step, Muon under bf16 autocast and its resume, FSDP2's bf16 mixed precision, memory.py's estimate against the
+allocator's peak, and pinned-memory batches. Marked gpu: skipped without CUDA, run with `python -m pytest -m gpu`.
 
 Each checks against an independent run on the same GPU: fp32 for the low precisions, eager for the compiled
 step, an unsharded fp32 model for FSDP, torch.cuda.max_memory_allocated for the estimate, the CPU batch for the
@@ -63,6 +63,35 @@ def test_compiled_training_step_equals_eager(tmp_path, char_data):
     compiled = train_losses(tmp_path / "compiled", char_data, compile=True, **settings)
     assert len(compiled) == 10 and compiled[-1] < compiled[0]
     np.testing.assert_allclose(compiled, eager, atol=0.02)
+
+
+MUON = dict(optimizer="muon", muon_learning_rate=0.02, learning_rate=3e-3, min_lr=3e-4)
+
+
+@pytest.fixture(scope="module")
+def muon_fp32_losses(tmp_path_factory, char_data) -> list[float]:
+    return train_losses(tmp_path_factory.mktemp("muon_fp32"), char_data, dtype="float32", lr_schedule="wsd", **MUON)
+
+
+def test_muon_under_bf16_autocast_learns_and_follows_fp32(tmp_path, char_data, muon_fp32_losses):
+    """The CPU speedrun's optimizer and schedule on a GPU, as train.py runs them there (bf16 autocast): the loss
+    falls as in fp32, within the bounds the AdamW runs above keep."""
+    losses = train_losses(tmp_path, char_data, dtype="bfloat16", lr_schedule="wsd", **MUON)
+    assert len(losses) == len(muon_fp32_losses) == 60
+    assert np.mean(losses[-5:]) < losses[0] - 0.5
+    np.testing.assert_allclose(losses, muon_fp32_losses, atol=0.1)
+    assert abs(np.mean(losses[-10:]) - np.mean(muon_fp32_losses[-10:])) < 0.05
+
+
+def test_a_muon_run_resumed_on_the_gpu_continues_it(tmp_path, char_data):
+    """Muon's momentum and AdamW's moments come back from ckpt.pt on CUDA: 30 steps, then a resume to 60, give the
+    uninterrupted run's losses (a cosine over 60 steps in both, which the first 30 follow; to 1e-5: cuBLAS may
+    choose other kernels in a new run, bit for bit is the CPU's test, test_optimizer.py)."""
+    whole = train_losses(tmp_path / "whole", char_data, dtype="float32", **MUON)
+    first = train_losses(tmp_path / "cut", char_data, dtype="float32", **{**MUON, "max_iters": 30})
+    second = train_losses(tmp_path / "cut", char_data, dtype="float32", init_from="resume", **MUON)
+    assert len(first) == len(second) == 30
+    np.testing.assert_allclose(first + second, whole, rtol=0, atol=1e-5)
 
 
 # Run by torchrun on 1 process with nccl: parallel.shard_model's bf16 policy against the same model unsharded in
