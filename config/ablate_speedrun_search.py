@@ -10,7 +10,7 @@
 # at 2000 steps) and try Muon's own rate around Keller Jordan's 0.02.
 # python ablate.py config/ablate_speedrun_search.py
 # python ablate.py config/ablate_speedrun_search.py --report_only=True --target_loss=T_val   (the table of times)
-base_config = "speedrun_cpu_baseline.py"  # the recipe; the lines below are the study's
+base_config = "baby_cpu.py"  # nanoGPT's CPU recipe, as speedrun_cpu_baseline.py; the lines below are the study's
 study_dir = "docs/speedrun_search_optimizer"  # its records are committed there (checkpoints are not)
 variants = [
     "learned",

@@ -3,7 +3,7 @@
 # run at a time on both cores (jobs 1, torch's own threads), on an idle machine: its times are the baseline's too.
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python ablate.py config/ablate_speedrun_target.py
-base_config = "speedrun_cpu_baseline.py"  # the recipe; the lines below are the study's
+base_config = "baby_cpu.py"  # nanoGPT's CPU recipe, as speedrun_cpu_baseline.py; the lines below are the study's
 study_dir = "docs/speedrun_target"  # its records are committed there (checkpoints are not)
 variants = ["learned"]
 seeds = 5

@@ -690,7 +690,7 @@ def test_past_the_training_length_is_reported_at_every_budget():
                     "eval": {"tokens": 1000, "bytes": 1000, "chars": 1000, "protocols": {
                         "nonoverlapping": {"64": {"loss": 1.6}, "128": None if cell == "learned" else longer["128"]},
                         "sliding": {"64": {"loss": 1.6}, "128": {"loss": sliding}}}}})
-    study = {"block_size": 64, "cells": ["learned", "rope"], "labels": {}, "lengths": [64, 128]}
+    study = {"block_size": 64, "cells": ["learned", "rope"], "labels": {}, "lengths": [64, 128], "own_steps": False}
     budgets = study_report.budget_summary(records, study, AblateConfig(variants=["learned", "rope"]))
     for budget in (1000, 2000):
         [row] = budgets["by_budget"][budget]["extrapolation"]

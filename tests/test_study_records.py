@@ -359,15 +359,10 @@ def test_every_committed_study_is_the_one_its_config_describes(monkeypatch):
     what the config describes now (with the data it recorded), or the rerun is refused as another study. A setting
     added to AblateConfig later must leave the identity of a study that does not use it as it was
     (study_folder.EXTRA_FIELDS)."""
-    from options import parse_options
-    from study.config import PER_RUN
-
     monkeypatch.chdir(ROOT)
     checked = []
     for path in sorted((ROOT / "config").glob("ablate_*.py")):
-        settings, train_config, model_config = parse_options(
-            [str(path)], (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py", description="",
-            skip=tuple(set(PER_RUN) - {"overwrite"}))
+        settings, train_config, model_config = ablate.read_options([str(path)])  # as ablate.py reads it
         stored = Path(settings.study_dir) / study_folder.STUDY_FILE
         if not stored.is_file():
             continue
