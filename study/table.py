@@ -45,7 +45,9 @@ def entries(results: dict, family: str) -> list[tuple[dict, int | str, int | Non
     if family not in results["comparisons"]:
         known = [*BY_BUDGET, MOVES, *results["comparisons"]]
         raise UserError(f"--family={family!r} is not in this study; it has: {', '.join(map(repr, known))}")
-    return [(row, results["headline_budget"], row["length"]) for row in results["comparisons"][family]]
+    # a time-to-target study's cells each train their own steps (results.json before it had no own_steps)
+    budget = "each cell's own steps" if results.get("own_steps") else results["headline_budget"]
+    return [(row, budget, row["length"]) for row in results["comparisons"][family]]
 
 
 def number(value: float, digits: int) -> str:

@@ -3,13 +3,14 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from errors import UserError
 from study.table import TableConfig, study_table
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def gap(a: str, mean: float, low: float, high: float, b: str = "learned", length: int = 64,
@@ -64,6 +65,14 @@ def test_the_other_families(study):
     assert longer[2:] == ["| a − b | L=128 (2x) | L=256 (4x) |", "| --- | ---: | ---: |",
                           "| rope − learned | +0.100 [+0.050, +0.150] | — |",
                           "| alibi − learned | — | n/a (1 seed) |"]
+
+
+def test_a_study_of_recipes_at_their_own_steps_says_so(study):
+    """Was: its comparisons headed by the study's max_iters, which only some of its cells trained."""
+    path = Path(study) / "results.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "own_steps": True}))
+    table = study_table(TableConfig(study=study, family="longer, sliding", lengths=[128])).splitlines()
+    assert table[2] == "| cell − learned | each cell's own steps, L=128 (2x) |"
 
 
 @pytest.mark.parametrize("changes, message", [
