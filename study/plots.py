@@ -456,6 +456,32 @@ def plot_extension(study_dir: Path, rows: list[dict], records: list[dict], study
     return "extension"
 
 
+def plot_time_to_target(study_dir: Path, rows: list[dict], study: dict, target: float) -> str:
+    """Each cell's loss against its training time, a point per budget (study/target.py's rows): the loss's mean and
+    seed interval up and down, the time's median and min-max across; the target as a dashed line."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(12, 6))
+    name = labels_of(study["labels"])
+    cells = list(dict.fromkeys(row["variant"] for row in rows))
+    palette = colors(cells)
+    for cell in cells:
+        points = [row for row in rows if row["variant"] == cell]
+        seconds = np.array([row["seconds"]["median"] for row in points])
+        spread = np.array([[row["seconds"]["median"] - row["seconds"]["min"] for row in points],
+                           [row["seconds"]["max"] - row["seconds"]["median"] for row in points]])
+        means, halves = np.array([row["loss"] for row in points]).T
+        ax.errorbar(seconds, means, yerr=np.nan_to_num(halves), xerr=spread, color=palette[cell], marker="o",
+                    capsize=3, label=name(cell))
+    ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+    ax.set_xlabel("training seconds (evaluation excluded): median, min-max over seeds")
+    ax.set_ylabel(f"{study['split']} loss at L = block_size (nats/token)")
+    ax.set_title(f"Loss against training time, each point a budget ({BAND.replace('bands', 'bars')})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: many cells would hide points
+    fig.tight_layout()
+    save(fig, study_dir / "time_to_target.png")
+    return "time_to_target"
+
+
 def labels_of(labels: dict[str, str]):
     """A cell's name as the plots show it: its label where every label is unique, else the cell itself."""
     unique = len(set(labels.values())) == len(labels)

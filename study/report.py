@@ -18,7 +18,7 @@ from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry, untrained_buckets
 from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
 from study.plan import StudyRun, control_cells
-from study.plots import plot_all, seed_entries, write_report_file
+from study.plots import plot_all, plot_time_to_target, seed_entries, write_report_file
 from study.target import target_rows, target_table
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
@@ -545,6 +545,8 @@ def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], stu
     # every budget of each cell (how soon it reaches the target), timed against the reference at the headline
     target = target_rows(evaluated, cells, reference, ablate.target_loss, study["block_size"], next(
         r["budget"] for r in headline if r["variant"] == reference)) if ablate.target_loss else None
+    if target:
+        plots.append(plot_time_to_target(study_dir, target, study, ablate.target_loss))
     write_results(study_dir, rows, families, headline, header_lines(ablate, headline_plan, headline, study), study,
                   plots, budgets, target)
     return {"summary": rows, "comparisons": families, "budgets": budgets, "runs": records,

@@ -528,6 +528,7 @@ def test_a_time_to_target_study_trains_each_recipe_its_own_steps(reference, tmp_
         assert not rows[cell]["reaches"]  # 2 seeds are never a record
     text = (study_dir / "results.md").read_text()
     assert "the tables' budget each cell's own steps" in text and "## Budgets" not in text
+    assert "![time_to_target](time_to_target.png)" in text and (study_dir / "time_to_target.png").stat().st_size
     assert [row["steps"] for row in results["summary"]] == [4, 2]
 
 
