@@ -41,12 +41,22 @@ STEP_LINE = re.compile(r"^iter (\d+): loss [-+.\deinfa]+, time ([\d.]+)ms", re.M
 DONE_LINE = re.compile(r"^done: \d+ iterations, .*, ([\d.]+) s of training", re.MULTILINE)
 
 
+def setting(config: TrainConfig, model_config: GPTConfig, name: str) -> object:
+    return getattr(config if hasattr(config, name) else model_config, name)
+
+
+def spread(table: str, row: str, values: list[float], unit: str) -> list[dict]:
+    """The figures of one row: median, min and max over the rounds."""
+    return [figure(table, row, column, pick(values), unit)
+            for column, pick in (("median", statistics.median), ("min", min), ("max", max))]
+
+
 def check_nanogpt_recipe(config: TrainConfig, model_config: GPTConfig, nanogpt_dir: str) -> None:
     """One line, before anything trains, unless nanoGPT's train.py can train this config as it is."""
     if not (Path(nanogpt_dir) / "train.py").is_file():
         raise OptionError(f"nanogpt_dir={nanogpt_dir!r} has no train.py; give a checkout of karpathy/nanoGPT")
     for name, theirs in NANOGPT_ONLY.items():
-        ours = getattr(config if hasattr(config, name) else model_config, name)
+        ours = setting(config, model_config, name)
         if ours != theirs:
             raise OptionError(f"{name}={ours!r}: nanoGPT's train.py only trains {name}={theirs!r}; give "
                               f"--{name}={theirs} to time it beside nanoGPT's")
@@ -100,8 +110,7 @@ def train_commands(config: TrainConfig, model_config: GPTConfig, nanogpt_dir: Pa
     ours = [f"--{f.name}={flag_value(getattr(section, f.name))}" for section in (config, model_config)
             for f in fields(section) if f.name not in ("out_dir", "dataset", "progress", "vocab_size")
             and getattr(section, f.name) != f.default]
-    theirs = [f"--{name}={flag_value(getattr(config if hasattr(config, name) else model_config, name))}"
-              for name in NANOGPT_SETTINGS]
+    theirs = [f"--{name}={flag_value(setting(config, model_config, name))}" for name in NANOGPT_SETTINGS]
     return {"nanoGPT's train.py": [sys.executable, str(nanogpt_dir.resolve() / "train.py"), *theirs,
                                    f"--dataset={data_dir.name}", "--device=cpu", "--dtype=float32",
                                    "--log_interval=1", f"--out_dir={work / 'out-nanogpt'}", "--wandb_log=False"],
@@ -130,12 +139,10 @@ def bench_nanogpt(bench: BenchConfig, config: TrainConfig, model_config: GPTConf
                     nanogpt_seconds(done.stdout, config.max_iters, config.eval_interval) if name != "train.py"
                     else our_seconds(done.stdout))
     table = f"whole runs, {config.max_iters} steps, training s (evaluation excluded), over {bench.rounds} rounds"
-    figures = [figure(table, name, column, pick(values), "s") for name, values in seconds.items()
-               for column, pick in (("median", statistics.median), ("min", min), ("max", max))]
     ratios = [ours / theirs for ours, theirs in zip(seconds["train.py"], seconds["nanoGPT's train.py"],
                                                      strict=True)]
-    figures += [figure(table, "train.py / nanoGPT's, round by round", column, pick(ratios), "x")
-                for column, pick in (("median", statistics.median), ("min", min), ("max", max))]
+    figures = [f for name, values in seconds.items() for f in spread(table, name, values, "s")]
+    figures += spread(table, "train.py / nanoGPT's, round by round", ratios, "x")
     header = (f"nanoGPT's train.py ({bench.nanogpt_dir}) against train.py: {config.max_iters} steps of batch "
               f"{config.batch_size} x {model_config.block_size}, {model_config.n_layer} layers x "
               f"{model_config.n_embd}, on {data_dir}, alternating over {bench.rounds} rounds")

@@ -528,8 +528,11 @@ def with_history(plan: list[StudyRun], records: list[dict]) -> list[dict]:
 def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], study: dict,
                  ablate: AblateConfig) -> dict:
     """Tables, comparisons and plots of the evaluated runs: the main ones at the headline budget."""
+    def at_headline(budget: int) -> bool:  # cells of their own steps (a time-to-target study) are all headline
+        return study["own_steps"] or budget == study["headline_budget"]
+
     evaluated = [r for r in with_history(plan, records) if "eval" in r]
-    headline = [r for r in evaluated if study["own_steps"] or r["budget"] == study["headline_budget"]]
+    headline = [r for r in evaluated if at_headline(r["budget"])]
     cells = list(dict.fromkeys(r["variant"] for r in headline))
     reference = ablate.reference or cells[0]
     rows = summarize(headline, study["lengths"], ablate.protocols, study["labels"])
@@ -537,7 +540,7 @@ def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], stu
                                  (study["lr_sweep"] or {}).get("own"), study["from_cells"])
     budgets = budget_summary(evaluated, study, ablate)
     headline_runs = [(run, record) for run, record in zip(plan, records, strict=True)
-                     if run.role == "run" and (study["own_steps"] or run.budget == study["headline_budget"])]
+                     if run.role == "run" and at_headline(run.budget)]
     headline_plan = [run for run, _ in headline_runs]
     plots = plot_all(study_dir, rows, headline, families, study,
                                   position_tables(headline_plan, [record for _, record in headline_runs]),

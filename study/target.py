@@ -20,21 +20,21 @@ def target_rows(records: list[dict], cells: list[str], reference: str, target: f
     one-sided p of "mean <= target", the training seconds' median, min and max, and the ratio of its seconds to
     the reference cell's at reference_budget (the recipe it is timed against) on the seeds both have. A study of
     several budgets so shows how soon each recipe reaches the target."""
-    def seconds(cell: str, budget: int) -> dict[int, float]:
-        return {r["seed"]: r["train_seconds"] for r in records if (r["variant"], r["budget"]) == (cell, budget)}
-
+    reference_seconds = {r["seed"]: r["train_seconds"] for r in records
+                         if (r["variant"], r["budget"]) == (reference, reference_budget)}
     rows = []
     for cell in cells:
         for budget in sorted({r["budget"] for r in records if r["variant"] == cell}):
             runs = [r for r in records if (r["variant"], r["budget"]) == (cell, budget)]
             losses = [r["eval"]["protocols"]["nonoverlapping"][str(block_size)]["loss"] for r in runs]
-            times = sorted(seconds(cell, budget).values())
+            seconds = {r["seed"]: r["train_seconds"] for r in runs}
+            times = sorted(seconds.values())
             p = at_most_p(losses, target)
             rows.append({"variant": cell, "budget": budget, "steps": runs[0]["iter_num"], "seeds": len(runs),
                          "loss": interval(losses), "p_at_most_target": p,
                          "reaches": len(losses) >= TARGET_SEEDS and p < TARGET_ALPHA,
                          "seconds": {"median": float(np.median(times)), "min": times[0], "max": times[-1]},
-                         "time_ratio": time_ratio(seconds(cell, budget), seconds(reference, reference_budget))})
+                         "time_ratio": time_ratio(seconds, reference_seconds)})
     return rows
 
 
