@@ -1,0 +1,9 @@
+# The CPU speedrun's open track (docs/speedrun.md): the GPT-2 track's recipe (speedrun_cpu_gpt2.py) with rotary
+# positions and QK-norm, which reach nanoGPT's CPU recipe's test loss in 250 steps (the record table).
+# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python train.py config/speedrun_cpu_open.py
+base_config = "speedrun_cpu_gpt2.py"
+out_dir = "out-speedrun-cpu-open"
+pos_encoding = "rope"
+qk_norm = True
+max_iters = 250
