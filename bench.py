@@ -2,7 +2,7 @@
 (--repeats) so that every figure comes as the spread over them: median (min-max), as Markdown tables
 (docs/benchmarks.md keeps them).
 
-    python bench.py config/train_shakespeare_char_cpu.py --compile=True     # training: each change vs the plain loop
+    python bench.py config/speedrun_cpu_baseline.py --compile=True     # training: each change vs the plain loop
     python bench.py config/train_shakespeare_char.py --what=sample --device=cpu   # decoding vs matmul floor
     python bench.py config/train_shakespeare_char.py --what=step --device=cpu     # the frozen step's choices undone
     python bench.py --what=tokenizer --input=input.txt --vocab_sizes=512,2048     # GPT-2 and learned BPEs
@@ -10,7 +10,7 @@
                                                                                    # 1 or 2 threads, 1 or 2 jobs
     python bench.py config/baby_cpu.py --what=encodings --clock=cpu --max_new_tokens=256  # each position encoding
                                                                                          # vs learned
-    python bench.py config/train_shakespeare_char_cpu.py --what=nanogpt --nanogpt_dir=../nanoGPT --repeats=1
+    python bench.py config/speedrun_cpu_baseline.py --what=nanogpt --nanogpt_dir=../nanoGPT --repeats=1
                                                                  # whole runs: nanoGPT's own train.py vs ours
 
 Training: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and with each

@@ -6,7 +6,7 @@ max_iters steps (it trains one more), where a step that began with an evaluation
 median of the others. The models differ only where nanoGPT's train.py differs from GPT-2 (its bias=False default is
 passed as this config's bias; its GELU is erf, its position table's std 0.02): docs/nanogpt.md.
 
-    python bench.py config/train_shakespeare_char_cpu.py --what=nanogpt --nanogpt_dir=../nanoGPT --rounds=5
+    python bench.py config/speedrun_cpu_baseline.py --what=nanogpt --nanogpt_dir=../nanoGPT --rounds=5
 """
 
 import pickle

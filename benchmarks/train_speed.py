@@ -1,6 +1,7 @@
 """bench.py --what=train: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and
 with each change added (fused AdamW, compile, bfloat16 autocast on CPU), nanoGPT's if asked for, then
-train.train() against the bare loop of the same settings, in alternating rounds; MFU against the peak."""
+train.train() against the bare loop of the same settings, in alternating rounds; MFU against the peak, and the
+optimizer step's own time (with --optimizer=muon, Muon's and AdamW's parts as train.py builds them)."""
 
 import contextlib
 import importlib.util
@@ -20,6 +21,7 @@ from text.dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import read_description
 from train import TrainConfig, model_vocab_size, tokens_per_iter, train, training_dtype
 from training.devices import autocast_context, choose_device, choose_dtype, dtype_name
+from training.optimizers import build_optimizer
 
 # Dense bfloat16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets; the first key found in the device name
 # counts (so "H100 PCIe" before "H100"). Other GPUs get their measured matmul peak.
@@ -88,8 +90,9 @@ class BareLoop:
                                                                  device.type)
         else:
             self.model = GPT(model_config).to(device)
-            self.optimizer = self.model.configure_optimizers(config.weight_decay, config.learning_rate, betas,
-                                                             device.type, variant.fused)
+            self.optimizer = (build_optimizer(self.model, config, device.type) if config.optimizer == "muon" else
+                              self.model.configure_optimizers(config.weight_decay, config.learning_rate, betas,
+                                                              device.type, variant.fused))
         self.compiled = torch.compile(self.model) if variant.compile else self.model
         data = load_split(resolve_data_dir(config.dataset), "train", model_config.block_size)
         offsets = sample_offsets(len(data), model_config.block_size, config.batch_size,
@@ -124,9 +127,13 @@ def training_variants(bench: BenchConfig, config: TrainConfig, device: torch.dev
     bfloat16 too: whether --dtype=bfloat16 would train faster on this CPU."""
     dtype = choose_dtype(config.dtype, device)
     has_fused = has_fused_adamw(device.type)
-    variants = [Variant("plain: eager, foreach AdamW", False, False, dtype)]
-    if has_fused:
-        variants.append(Variant("+ fused AdamW", False, True, dtype))
+    if config.optimizer == "muon":  # as train.py builds it: its AdamW part fused where torch has it, no other choice
+        variants = [Variant(f"plain: eager, Muon and {'fused' if has_fused else 'foreach'} AdamW", False, has_fused,
+                            dtype)]
+    else:
+        variants = [Variant("plain: eager, foreach AdamW", False, False, dtype)]
+        if has_fused:
+            variants.append(Variant("+ fused AdamW", False, True, dtype))
     variants.append(Variant("+ compile", True, has_fused, dtype))
     if device.type == "cpu" and dtype == torch.float32:
         variants.append(Variant("+ bfloat16 autocast", True, has_fused, torch.bfloat16))
@@ -148,9 +155,9 @@ def configured_variant(variants: list[Variant], config: TrainConfig, device: tor
 
 def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> tuple[str, list[dict]]:
     """(what was measured, in one line; the figures) of the training benchmark, in one process."""
-    if config.optimizer != "adamw":  # its loops are AdamW's, nanoGPT's among them: another would not be timed
-        raise OptionError(f"optimizer={config.optimizer!r}: the training benchmark times AdamW loops (ours against "
-                          "nanoGPT's); drop --optimizer, or time a run with train.py")
+    if config.optimizer != "adamw" and bench.nanogpt_dir:  # nanoGPT's loops are AdamW's: not the same recipe
+        raise OptionError(f"optimizer={config.optimizer!r}: nanoGPT's loops train with AdamW only; drop "
+                          "--nanogpt_dir to time ours alone, or drop --optimizer")
     device = choose_device(config.device)
     description = read_description(resolve_data_dir(config.dataset))
     model_config = replace(model_config, vocab_size=model_vocab_size(description))
@@ -184,8 +191,10 @@ def timed_rounds(bench: BenchConfig, config: TrainConfig, model_config: GPTConfi
     """bench.rounds alternating rounds, each every bare loop's bench_steps steps then train.train() of the same
     settings: (tokens/s per variant and round, optimizer ms per variant and round, the configured variant's tokens/s
     per round, train.py's per round)."""
-    run_config = replace(config, max_iters=bench.warmup_steps + bench.bench_steps, eval_interval=10**9,
-                         eval_iters=1, out_dir=f"{config.out_dir}-bench", progress=False, overwrite=True)
+    # No warmup: a schedule's rates do not change a step's time, and a wsd decay must start after the warmup.
+    run_config = replace(config, max_iters=bench.warmup_steps + bench.bench_steps, warmup_iters=0,
+                         eval_interval=10**9, eval_iters=1, out_dir=f"{config.out_dir}-bench", progress=False,
+                         overwrite=True)
     rates = {loop.variant.name: [] for loop in loops}
     optimizer_ms = {loop.variant.name: [] for loop in loops}
     configured_rates, train_rates = [], []

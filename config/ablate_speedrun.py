@@ -16,7 +16,8 @@ study_dir = "docs/speedrun_records"  # its records are committed there (checkpoi
 variants = [
     "learned",
     "learned lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 max_iters=500",
-    "rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 qk_norm=True max_iters=250",
+    "rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 "
+    "qk_norm=True max_iters=250",
 ]
 seeds = 5
 first_seed = 1342  # the target used 1337..1341, the search 200000 on

@@ -12,9 +12,12 @@ base_config = "baby_cpu.py"  # nanoGPT's CPU recipe, as speedrun_cpu_baseline.py
 study_dir = "docs/speedrun_five_minutes_search"  # its records are committed there (checkpoints are not)
 variants = [
     "learned lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 max_iters=2200",
-    "learned lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 n_layer=6 n_head=6 n_embd=192 max_iters=740",
-    "rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 qk_norm=True max_iters=1970",
-    "rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 qk_norm=True n_layer=6 n_head=6 n_embd=192 max_iters=660",
+    "learned lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 "
+    "n_layer=6 n_head=6 n_embd=192 max_iters=740",
+    "rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 "
+    "qk_norm=True max_iters=1970",
+    "rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 "
+    "qk_norm=True n_layer=6 n_head=6 n_embd=192 max_iters=660",
 ]
 max_seconds = 300.0  # a guard, not the budget: the budget is each cell's steps
 seeds = 1

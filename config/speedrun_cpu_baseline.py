@@ -3,5 +3,5 @@
 # test loss over 5 seeds is the speedrun's target, its training time the time to beat.
 # python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
 # python train.py config/speedrun_cpu_baseline.py
-base_config = "train_shakespeare_char_cpu.py"  # the recipe itself; the line below only names the run's folder
+base_config = "baby_cpu.py"  # the recipe itself; the line below only names the run's folder
 out_dir = "out-speedrun-cpu-baseline"

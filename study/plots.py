@@ -460,9 +460,9 @@ def plot_time_to_target(study_dir: Path, rows: list[dict], study: dict, target: 
     """Each cell's loss against its training time, a point per budget (study/target.py's rows): the loss's mean and
     seed interval up and down, the time's median and min-max across; the target as a dashed line."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(12, 6))
-    name = labels_of(study["labels"])
     cells = list(dict.fromkeys(row["variant"] for row in rows))
+    fig, ax = plt.subplots(figsize=(12, 6 + 0.25 * len(cells)))  # the legend's lines below the axes
+    name = labels_of(study["labels"])
     palette = colors(cells)
     for cell in cells:
         points = [row for row in rows if row["variant"] == cell]
@@ -476,7 +476,8 @@ def plot_time_to_target(study_dir: Path, rows: list[dict], study: dict, target: 
     ax.set_xlabel("training seconds (evaluation excluded): median, min-max over seeds")
     ax.set_ylabel(f"{study['split']} loss at L = block_size (nats/token)")
     ax.set_title(f"Loss against training time, each point a budget ({BAND.replace('bands', 'bars')})")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: many cells would hide points
+    # Below the axes: inside, many cells would hide points; beside, long cell names squeeze the axes to a strip.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize="small")
     fig.tight_layout()
     save(fig, study_dir / "time_to_target.png")
     return "time_to_target"

@@ -2,6 +2,7 @@
 with Student's t from scipy, the time ratio as a geometric mean of the seeds' ratios."""
 
 import math
+import re
 
 import numpy as np
 from scipy import stats
@@ -54,6 +55,15 @@ def test_the_table_prints_each_row_once():
     lines = target_table(rows, 1.4724, {"base": "nanoGPT", "fast": "muon"}, "base", "val")
     assert lines[1] == "## Time to the target: val loss <= 1.4724 at L = block_size"  # a search's, on val
     assert sum(line.startswith("| muon | 1500 | 5 | 30.5 (29.0-33.0) | 1.4506") for line in lines) == 1
+
+
+def test_a_single_seed_row_prints_its_numbers_without_an_interval():
+    """Was: a search of one seed printed "1.9058 ± nan" and "0.718 [nan, nan]"."""
+    one = [r for r in RECORDS if r["seed"] == 1337]
+    rows = target_rows(one, ["base", "fast"], "base", 1.4724, BLOCK, 2000)
+    lines = target_table(rows, 1.4724, {"base": "nanoGPT", "fast": "muon"}, "base", "val")
+    assert "| muon | 1500 | 1 | 30.0 (30.0-30.0) | 1.4520 | n/a | no | 0.300 |" in lines
+    assert not any(re.search(r"\bnan\b", line) for line in lines)
 
 
 def test_each_budget_of_a_cell_is_a_row_timed_against_the_reference_at_its_own_budget():
