@@ -22,6 +22,15 @@ def interval(values: list[float]) -> tuple[float, float]:
     return float(np.mean(values)), t_quantile(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
 
 
+def plus_minus(value: tuple[float, float] | None, digits: int = 4) -> str:
+    """(mean, half-width) as "mean ± half-width"; the mean alone for one seed (nan half-width); n/a for None (a
+    cell that cannot run)."""
+    if value is None:
+        return "n/a"
+    mean, half = value
+    return f"{mean:,.{digits}f}" if math.isnan(half) else f"{mean:,.{digits}f} ± {half:,.{digits}f}"
+
+
 # Differences that vary over seeds by no more than this times the losses' size are float64 rounding, not spread.
 SPREAD_TOLERANCE = 1e-12
 

@@ -16,7 +16,7 @@ import torch
 from gpt.model import GPT
 from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry, untrained_buckets
-from study.paired_stats import CONFIDENCE, holm, interval, paired, tost, verdict
+from study.paired_stats import CONFIDENCE, holm, interval, paired, plus_minus, tost, verdict
 from study.plan import StudyRun, control_cells
 from study.plots import plot_all, plot_time_to_target, seed_entries, write_report_file
 from study.target import target_rows, target_table
@@ -103,14 +103,6 @@ def summarize(records: list[dict], lengths: list[int], protocols: list[str], lab
                                             for k, v in row["loss"].items()}
         rows.append(row)
     return rows
-
-
-def fmt(value: tuple[float, float] | None, digits: int = 4) -> str:
-    """"mean ± half-width of the interval"; n/a where a cell cannot run."""
-    if value is None:
-        return "n/a"
-    mean, half = value
-    return f"{mean:,.{digits}f}" if math.isnan(half) else f"{mean:,.{digits}f} ± {half:,.{digits}f}"
 
 
 def length_label(n: int, block_size: int) -> str:
@@ -319,8 +311,9 @@ def main_table(rows: list[dict], study: dict) -> list[str]:
         f"{k.split()[0]} {length_label(int(k.split()[1]), block_size)}" for k in keys] + [
         f"bits/byte {length_label(block_size, block_size)}", f"bits/char {length_label(block_size, block_size)}"]
     table = [[row["label"], f"{row['parameters']:,}", f"{row['steps']:g}", f"{row['train_seconds'][0]:.0f}"]
-             + [fmt(row["loss"][k]) for k in keys]
-             + [fmt(row["bits_per_byte"].get(headline)), fmt(row["bits_per_char"].get(headline))] for row in rows]
+             + [plus_minus(row["loss"][k]) for k in keys]
+             + [plus_minus(row["bits_per_byte"].get(headline)), plus_minus(row["bits_per_char"].get(headline))]
+             for row in rows]
     return markdown_table(columns, table)
 
 
@@ -339,7 +332,8 @@ def budget_table(budgets: dict, study: dict) -> list[str]:
             row = next((r for r in entry["rows"] if r["variant"] == cell), None)
             gap = next((g for g in entry["gaps"] if g["a"] == cell), None)
             key = f"nonoverlapping {study['block_size']}"
-            text = "" if row is None else f"{fmt(row['loss'][key])} / {fmt(row['bits_per_byte'][key])}"
+            text = "" if row is None else (
+                f"{plus_minus(row['loss'][key])} / {plus_minus(row['bits_per_byte'][key])}")
             if gap is not None:
                 text += f"; gap {gap['mean']:+.4f} {interval_text(gap)}" + (
                     f" {gap['verdict']}" if "verdict" in gap and not gap["untested"] else "")
@@ -406,9 +400,9 @@ def learning_rate_table(sweep: dict, rows: list[dict], study: dict, common: floa
     split = study["split"]
     columns = ["cell", f"{split} loss at lr {common:g}", "own lr (val pick)", f"{split} loss at own lr"]
     columns += [f"val, lr {lr:g}" for lr in rates]
-    table = [[study["labels"].get(cell, cell), fmt(by_cell[cell]["loss"][key]), f"{sweep['picks'][cell]:g}",
-              fmt(by_cell[sweep["own"][cell]]["loss"][key])]
-             + [fmt(interval(sweep["val"][cell][lr])) for lr in rates] for cell in sweep["val"]]
+    table = [[study["labels"].get(cell, cell), plus_minus(by_cell[cell]["loss"][key]), f"{sweep['picks'][cell]:g}",
+              plus_minus(by_cell[sweep["own"][cell]]["loss"][key])]
+             + [plus_minus(interval(sweep["val"][cell][lr])) for lr in rates] for cell in sweep["val"]]
     return ["", "## Learning rate per cell", "", f"The sweep trained every cell at each rate for {sweep['budget']} "
             "steps on its own seeds and scored it on **val**; each cell's own rate is its lowest mean val loss "
             "(min_lr scales with it). The headline runs are scored on the test split.", "",

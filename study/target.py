@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from study.paired_stats import CONFIDENCE, interval, one_sided_p, untested
+from study.paired_stats import CONFIDENCE, interval, one_sided_p, plus_minus, untested
 
 TARGET_ALPHA = 0.01  # a record's p for "mean loss <= target" must be below this ...
 TARGET_SEEDS = 5  # ... over at least this many seeds
@@ -68,11 +68,10 @@ def target_table(rows: list[dict], target: float, labels: dict[str, str], refere
              "ratio |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         loss, p, ratio, s = row["loss"], row["p_at_most_target"], row["time_ratio"], row["seconds"]
-        # One seed has no interval: its mean and ratio alone, as the study's other tables print it.
-        spread = "" if math.isnan(loss[1]) else f" ± {loss[1]:.4f}"
+        # One seed has no interval: its ratio alone, as plus_minus prints its loss.
         bounds = "" if math.isnan(ratio["low"]) else f" [{ratio['low']:.3f}, {ratio['high']:.3f}]"
         lines.append(f"| {labels[row['variant']]} | {row['steps']} | {row['seeds']} | {s['median']:.1f} "
-                     f"({s['min']:.1f}-{s['max']:.1f}) | {loss[0]:.4f}{spread} | "
+                     f"({s['min']:.1f}-{s['max']:.1f}) | {plus_minus(loss)} | "
                      f"{'n/a' if math.isnan(p) else f'{p:.2g}'} | {'yes' if row['reaches'] else 'no'} | "
                      f"{ratio['ratio']:.3f}{bounds} |")
     return lines
