@@ -30,10 +30,19 @@ def pyplot():
     return plt
 
 
-def colors(cells: list[str]) -> dict[str, str]:
-    palette = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink", "gray", "olive",
-                                    "cyan")]
-    return {cell: palette[i % len(palette)] for i, cell in enumerate(cells)}
+# Twenty colours a reader tells apart: matplotlib's ten, then ten darker or brighter ones (the extrapolation study
+# plots 17 cells). A larger study samples a colour map instead, nearer neighbours but still none repeated.
+PALETTE = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink", "gray", "olive",
+                                "cyan")] + ["black", "navy", "gold", "lime", "magenta", "maroon", "teal",
+                                            "darkkhaki", "slateblue", "salmon"]
+
+
+def colors(cells: list[str]) -> dict[str, str | tuple]:
+    """One colour per cell, none repeated."""
+    if len(cells) <= len(PALETTE):
+        return dict(zip(cells, PALETTE, strict=False))
+    cmap = pyplot().get_cmap("turbo")
+    return {cell: cmap(i / (len(cells) - 1)) for i, cell in enumerate(cells)}
 
 
 def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -672,6 +672,25 @@ def test_the_loss_plots_name_the_split_the_study_scored(tmp_path, monkeypatch, s
     assert axes[0].get_ylabel() == f"mean {split} loss, whole {split} split (nats/token)"
 
 
+@pytest.mark.parametrize("cells", [17, 25])
+def test_no_two_cells_of_a_plot_share_a_colour(tmp_path, monkeypatch, cells):
+    """The palette repeated after 10 cells, so the extrapolation study's 17 cells drew pairs in one colour."""
+    from matplotlib.colors import to_rgb
+
+    from study import plots as study_plots
+
+    drawn = []
+    monkeypatch.setattr(study_plots, "save", lambda fig, path: drawn.append(fig))
+    rows = [{"variant": f"cell{i}", "loss": {"nonoverlapping 64": (1.6 + i / 100, 0.01),
+                                             "nonoverlapping 128": (1.8 + i / 100, 0.02)}} for i in range(cells)]
+    study = {"block_size": 64, "lengths": [64, 128], "ablate_config": {"protocols": ["nonoverlapping"]},
+             "window": 64, "split": "test"}
+    study_plots.plot_loss_vs_length(tmp_path, rows, study)
+    [axes] = [fig.axes for fig in drawn]
+    lines = [line for line in axes[0].get_lines() if line.get_label().startswith("cell")]
+    assert len(lines) == cells and len({to_rgb(line.get_color()) for line in lines}) == cells
+
+
 def test_past_the_training_length_is_reported_at_every_budget():
     """Each cell's whole window minus its own sliding window at each budget (stage 2 found it growing with the
     budget for every encoding but ALiBi): scipy's paired interval on the seeds' differences."""
