@@ -7,18 +7,9 @@
 # The rule, as in the first step: T_val = 1.9420790462342166; a (cell, budget) reaches when its val loss is at most
 # T_val - 0.02; the open track's pick is the reaching (cell, budget) of least training time over both studies.
 # python ablate.py config/ablate_speedrun_search_open_combined.py
-base_config = "baby_cpu.py"  # nanoGPT's CPU recipe, as speedrun_cpu_baseline.py; the lines below are the study's
+base_config = "ablate_speedrun_search_open.py"  # its recipe, seeds, split, budgets and T_val; new cells and folder
 study_dir = "docs/speedrun_search_open_combined"  # its records are committed there (checkpoints are not)
 variants = [
     "learned lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24",
     "rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 qk_norm=True",
 ]
-seeds = 1
-first_seed = 200000  # the records use 1337..1346
-eval_split = "val"
-budgets = [250, 375, 500]
-target_loss = 1.9420790462342166  # T_val
-eval_multipliers = [1.0]
-protocols = ["nonoverlapping"]
-jobs = 1
-threads = 0
