@@ -82,6 +82,9 @@ def compare_table(config: CompareConfig) -> str:
     splits = {name: r["split"] for name, r in results.items()}
     if len(set(splits.values())) > 1:
         raise UserError(f"--studies: they score different splits ({splits}); compare studies of one split")
+    if own := [name for name, r in results.items() if r.get("own_steps")]:
+        raise UserError(f"--studies: {', '.join(own)}: each cell trains to its own steps, so there is no one budget "
+                        "to compare at; read it with python -m study.table --study=<folder>")
     budget = common_budget(results, config.budget)
     columns = {name: study_column(r, budget) for name, r in results.items()}
     cells = [cell for cell in columns[config.studies[0]] if all(cell in c for c in columns.values())]

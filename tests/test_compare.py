@@ -15,7 +15,7 @@ CELLS = ["learned", "rope", "alibi"]
 
 
 def write_study(folder, losses: dict[str, list[float]], tokens: int, bytes_: int, budgets=(1000, 2000),
-                split: str = "test") -> dict[str, list[float]]:
+                split: str = "test", own_steps: bool = False) -> dict[str, list[float]]:
     """A results.json of the shape ablate.py writes, from each cell's per-seed nats per token; returns each cell's
     per-seed bits per byte, computed here from the definition."""
     factor = tokens / bytes_ / math.log(2)
@@ -33,7 +33,7 @@ def write_study(folder, losses: dict[str, list[float]], tokens: int, bytes_: int
         by_budget[str(budget)] = {"rows": rows, "gaps": gaps}
     folder.mkdir()
     (folder / "results.json").write_text(json.dumps({
-        "block_size": 64, "split": split, "labels": {c: c for c in losses},
+        "block_size": 64, "split": split, "own_steps": own_steps, "labels": {c: c for c in losses},
         "budgets": {"reference": "learned", "by_budget": by_budget}}))
     return {cell: [v * factor for v in values] for cell, values in losses.items()}
 
@@ -82,12 +82,16 @@ def test_other_splits_or_a_missing_study_are_refused(tmp_path):
         compare_table(CompareConfig([str(tmp_path / "test"), str(tmp_path / "nowhere")]))
 
 
-def test_a_cut_results_file_studies_with_no_shared_budget_and_the_usage_line(tmp_path, capsys):
+def test_a_cut_results_file_studies_with_no_shared_budget_or_own_steps_and_the_usage_line(tmp_path, capsys):
     losses = {c: [1.0 + i, 1.1 + i] for i, c in enumerate(CELLS)}
     write_study(tmp_path / "a", losses, 10, 10, budgets=(1000,))
     write_study(tmp_path / "b", losses, 10, 10, budgets=(2000,))
     with pytest.raises(UserError, match=r"the studies share no budget \(.*a: 1000; .*b: 2000\)"):
         compare_table(CompareConfig([str(tmp_path / "a"), str(tmp_path / "b")]))
+    # A time-to-target study's cells train their own steps: by_budget is empty (was: "share no budget (a: ; b: )").
+    write_study(tmp_path / "own", losses, 10, 10, budgets=(), own_steps=True)
+    with pytest.raises(UserError, match=r"own: each cell trains to its own steps, .*python -m study.table"):
+        compare_table(CompareConfig([str(tmp_path / "a"), str(tmp_path / "own")]))
     text = (tmp_path / "b" / "results.json").read_text()
     (tmp_path / "b" / "results.json").write_text(text[: len(text) // 2])  # a copy cut short
     with pytest.raises(UserError, match=r"results.json is not whole JSON \(JSONDecodeError.*--report_only=True"):
