@@ -9,6 +9,13 @@ A row is a pair a − b (the cells' labels), a column a budget, a length or both
 cell against the reference at L = block_size), "changes between budgets" (each such gap's paired change), or
 "extrapolation by budget" (each cell's whole window against its sliding window past block_size), or any family of
 results.md's "Paired differences" at the headline budget ("training length", "longer, sliding", ...).
+
+--against=CELL tests pairs the report did not: each other cell − CELL, paired by seed from the headline runs that
+results.json keeps, at the lengths of "training length", "longer, nonoverlapping" or "longer, sliding":
+
+    python -m study.table --study=docs/positions_extrapolation --family="longer, sliding" --against="rope lr 0.003"
+
+A pair chosen after seeing the results is exploration, not the study's test: say so beside it.
 """
 
 import sys
@@ -17,6 +24,7 @@ from dataclasses import dataclass, field
 from errors import UserError
 from study.compare import read_results
 from study.paired_stats import CONFIDENCE
+from study.report import comparisons
 
 BY_BUDGET = {"gaps by budget": "gaps", "extrapolation by budget": "extrapolation"}
 MOVES = "changes between budgets"
@@ -30,6 +38,7 @@ class TableConfig:
     budgets: list[int] = field(default_factory=list)  # the budgets to show (empty: every one)
     digits: int = 3  # decimals of every number, each rounded once from its exact value
     bits_per_byte: bool = False  # the gaps in bits per byte of the scored text, not nats per token
+    against: str = ""  # a cell (label or name): each other cell − it from the headline runs, not the report's pairs
 
 
 def entries(results: dict, family: str) -> list[tuple[dict, int | str, int | None]]:
@@ -48,6 +57,32 @@ def entries(results: dict, family: str) -> list[tuple[dict, int | str, int | Non
     # a time-to-target study's cells each train their own steps (results.json before it had no own_steps)
     budget = "each cell's own steps" if results.get("own_steps") else results["headline_budget"]
     return [(row, budget, row["length"]) for row in results["comparisons"][family]]
+
+
+def against_entries(results: dict, family: str, against: str) -> list[tuple[dict, int | str, int | None]]:
+    """Each other cell − the cell `against` at the family's protocol and lengths, paired by seed over the headline
+    runs results.json keeps (their losses per protocol and length)."""
+    names = {label: name for name, label in results["labels"].items()}
+    cell = names.get(against, against)
+    if cell not in results["labels"]:
+        raise UserError(f"--against={against!r} is not a cell of this study; its cells: "
+                        f"{', '.join(map(repr, results['labels'].values()))}")
+    block_size, longer = results["block_size"], [n for n in results["lengths"] if n > results["block_size"]]
+    where = {"training length": ("nonoverlapping", [block_size]), "longer, nonoverlapping": ("nonoverlapping", longer),
+             "longer, sliding": ("sliding", [n for n in longer if n > results["window"]])}
+    if family not in where:
+        raise UserError(f"--against pairs two cells under one protocol: give --family as one of "
+                        f"{', '.join(map(repr, where))}, not {family!r}")
+    protocol, lengths = where[family]
+    records = [{**run, "eval": {**run["eval"], "protocols": {p: {} for p in ("nonoverlapping", "sliding")}}}
+               for run in results["runs"]]
+    for run, record in zip(results["runs"], records, strict=True):
+        for key, loss in run["eval"]["loss"].items():
+            p, n = key.split()
+            record["eval"]["protocols"][p][n] = None if loss is None else {"loss": loss}
+    pairs = [((other, protocol), (cell, protocol)) for other in results["labels"] if other != cell]
+    budget = "each cell's own steps" if results.get("own_steps") else results["headline_budget"]
+    return [(row, budget, row["length"]) for row in comparisons(records, pairs, lengths)]
 
 
 def number(value: float, digits: int) -> str:
@@ -81,7 +116,9 @@ def study_table(config: TableConfig) -> str:
     if config.bits_per_byte and config.family == MOVES:
         raise UserError(f"--bits_per_byte=True: the family {MOVES!r} is kept in nats/token only; drop the flag")
     block_size = results["block_size"]
-    found = [(row, budget, n) for row, budget, n in entries(results, config.family)
+    rows = (against_entries(results, config.family, config.against) if config.against else
+            entries(results, config.family))
+    found = [(row, budget, n) for row, budget, n in rows
              if (not config.lengths or n in config.lengths) and (not config.budgets or budget in config.budgets)]
     if not found:
         raise UserError(f"--family={config.family!r} has no rows at lengths {config.lengths or 'any'} and budgets "

@@ -5,7 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from errors import UserError
 from study.table import TableConfig, study_table
@@ -19,13 +21,30 @@ def gap(a: str, mean: float, low: float, high: float, b: str = "learned", length
             "low": low, "high": high, "untested": None, "mean_bits_per_byte": bits}
 
 
+SEEDS = [1337, 1338, 1339]
+# each cell's loss at L = 64 by seed; past it, the cell's loss + its offset (learned: no rows past block_size)
+RUN_LOSSES = {"learned": [1.60, 1.62, 1.59], "rope": [1.57, 1.575, 1.58], "alibi": [1.61, 1.60, 1.615]}
+OFFSET = {"rope": 0.5, "alibi": 0.01}
+
+
+def run(cell: str, seed: int, loss: float) -> dict:
+    """A headline run as results.json keeps it: its losses by protocol and length."""
+    past = {f"{protocol} {n}": None if cell == "learned" else loss + OFFSET[cell] * n / 128
+            for protocol in ("nonoverlapping", "sliding") for n in (128, 256)}
+    return {"variant": cell, "seed": seed, "budget": 2000, "role": "run", "eval": {
+        "tokens": 1000, "bytes": 1000, "chars": 1000,
+        "loss": {"nonoverlapping 64": loss, "sliding 64": loss, **past}}}
+
+
 @pytest.fixture
 def study(tmp_path):
     """A results.json of the shape ablate.py writes, with values whose rounding a second rounding would change:
     -0.02595 is -0.0259 in results.md's four places and -0.026 from there, -0.0259... once to three is -0.026 too,
     but -0.017499 is -0.0175 at four places, which rounds again to -0.018; once it is -0.017."""
     results = {
-        "block_size": 64, "split": "test", "headline_budget": 2000,
+        "block_size": 64, "split": "test", "headline_budget": 2000, "lengths": [64, 128, 256], "window": 64,
+        "runs": [run(cell, seed, loss) for cell, losses in RUN_LOSSES.items()
+                 for seed, loss in zip(SEEDS, losses, strict=True)],
         "labels": {"learned": "learned", "rope": "rope", "alibi": "alibi"},
         "budgets": {"reference": "learned", "by_budget": {
             "1000": {"gaps": [gap("rope", -0.0934, -0.1171, -0.0696), gap("alibi", -0.035, -0.0524, -0.0176)],
@@ -67,6 +86,25 @@ def test_the_other_families(study):
                           "| alibi − learned | — | n/a (1 seed) |"]
 
 
+def test_each_cell_against_any_cell(study):
+    """--against: each other cell − it, paired by seed, its interval Student's t written out here."""
+    def expected(a: list[float], b: list[float]) -> str:
+        d = np.subtract(a, b)
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        return " ".join([f"{d.mean():+.3f}", f"[{d.mean() - half:+.3f},", f"{d.mean() + half:+.3f}]"]).replace("-", "−")
+
+    table = study_table(TableConfig(study=study, family="training length", against="rope")).splitlines()
+    assert table[2:] == ["| cell − rope | 2000 steps, L=64 (1x) |", "| --- | ---: |",
+                         f"| learned | {expected(RUN_LOSSES['learned'], RUN_LOSSES['rope'])} |",
+                         f"| alibi | {expected(RUN_LOSSES['alibi'], RUN_LOSSES['rope'])} |"]
+    longer = study_table(TableConfig(study=study, family="longer, sliding", against="alibi")).splitlines()
+    rope, alibi = ({n: [loss + OFFSET[cell] * n / 128 for loss in RUN_LOSSES[cell]] for n in (128, 256)}
+                   for cell in ("rope", "alibi"))
+    # learned has no rows past block_size: no pair
+    assert longer[2:] == ["| cell − alibi | L=128 (2x) | L=256 (4x) |", "| --- | ---: | ---: |",
+                          f"| rope | {expected(rope[128], alibi[128])} | {expected(rope[256], alibi[256])} |"]
+
+
 def test_a_study_of_recipes_at_their_own_steps_says_so(study):
     """Was: its comparisons headed by the study's max_iters, which only some of its cells trained."""
     path = Path(study) / "results.json"
@@ -81,6 +119,10 @@ def test_a_study_of_recipes_at_their_own_steps_says_so(study):
     ({"study": ""}, "--study is empty"),
     ({"digits": 9}, "--digits=9 must be 0 to 8"),
     ({"family": "changes between budgets", "bits_per_byte": True}, "kept in nats/token only"),
+    ({"family": "training length", "against": "t5"}, "--against='t5' is not a cell of this study; its cells: "
+                                                    "'learned', 'rope', 'alibi'"),
+    ({"against": "rope"}, "give --family as one of 'training length', 'longer, nonoverlapping', 'longer, sliding',"
+                          " not 'gaps by budget'"),
 ])
 def test_mistakes_are_one_line(study, changes, message):
     with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]")):
