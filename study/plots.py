@@ -1,6 +1,7 @@
 """The plots of a study (ablate.py): one function per figure, each reading the study's records and summary."""
 
 import math
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +46,35 @@ def colors(cells: list[str]) -> dict[str, str | tuple]:
     return {cell: cmap(i / (len(cells) - 1)) for i, cell in enumerate(cells)}
 
 
+# More cells than this and a legend inside a panel covers its lines (the extrapolation study draws 17): the figure
+# then has one legend, below its panels, LEGEND_COLUMNS names a row.
+LEGEND_INSIDE, LEGEND_COLUMNS, LEGEND_ROW_INCHES = 8, 3, 0.22
+
+
+def legend_inches(cells: int) -> float:
+    """The height a figure of `cells` lines grows by to hold its legend below the panels (0: legends inside)."""
+    return 0.0 if cells <= LEGEND_INSIDE else LEGEND_ROW_INCHES * math.ceil(cells / LEGEND_COLUMNS) + 0.3
+
+
+def place_legends(fig, axes, cells: int, fontsize: int | None = None) -> None:
+    """Each panel's legend inside it, or for many cells one legend of every panel's lines under the panels (in the
+    legend_inches(cells) the figure was made taller by); then lay the figure out."""
+    below = legend_inches(cells)
+    if not below:
+        for ax in axes:
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=fontsize)
+        fig.tight_layout()
+        return
+    named = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            named.setdefault(label, handle)
+    fig.legend(list(named.values()), list(named), loc="lower center", ncol=LEGEND_COLUMNS, frameon=False,
+               fontsize=fontsize)
+    fig.tight_layout(rect=(0, below / fig.get_figheight(), 1, 1))
+
+
 def band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean over seeds (axis 0) and the lower and upper ends of its interval; no band for one seed."""
     means, halves = np.array([interval(column.tolist()) for column in values.T]).T
@@ -82,7 +112,7 @@ def save(fig, path: Path) -> None:
 def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str:
     """Validation estimate against step: the whole run, and the second half zoomed in, where the cells differ."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5 + legend_inches(len(cells))))
     palette = colors(cells)
     tails = []  # per cell: lowest and highest band edge in the second half, where that half starts and ends
     for cell in cells:
@@ -105,9 +135,8 @@ def plot_training(study_dir: Path, records: list[dict], cells: list[str]) -> str
     for ax in axes:
         ax.set_xlabel("training step")
         ax.set_ylabel("val loss estimate (nats/token)")
-        ax.legend()
     fig.suptitle(f"Validation loss during training (train.py's estimate; {BAND})")
-    fig.tight_layout()
+    place_legends(fig, axes, len(cells))
     save(fig, study_dir / "training.png")
     return "training"
 
@@ -117,7 +146,8 @@ def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict) -> str:
     band."""
     plt = pyplot()
     block_size, lengths, protocols = study["block_size"], study["lengths"], study["ablate_config"]["protocols"]
-    fig, axes = plt.subplots(1, len(protocols), figsize=(7.5 * len(protocols), 6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(protocols), figsize=(7.5 * len(protocols), 6 + legend_inches(len(rows))),
+                             sharey=True, squeeze=False)
     palette = colors([row["variant"] for row in rows])
     for ax, protocol in zip(axes[0], protocols, strict=True):
         for row in rows:
@@ -134,9 +164,8 @@ def plot_loss_vs_length(study_dir: Path, rows: list[dict], study: dict) -> str:
                 else f"at most {study['window']} tokens per forward")
         ax.set_title(f"{protocol}: {what}")
         ax.set_ylabel(f"mean {study['split']} loss, whole {study['split']} split (nats/token)")
-        ax.legend()
     fig.suptitle(f"Loss against eval length (final models; {BAND})")
-    fig.tight_layout()
+    place_legends(fig, axes[0], len(rows))
     save(fig, study_dir / "loss_vs_length.png")
     return "loss_vs_length"
 
@@ -192,7 +221,8 @@ def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cel
     block_size, longest = study["block_size"], max(study["lengths"])
     protocols = study["ablate_config"]["protocols"]
     columns = [block_size] + ([longest] if longest > block_size and "sliding" in protocols else [])
-    fig, axes = plt.subplots(2, len(columns), figsize=(8 * len(columns), 10), squeeze=False)
+    fig, axes = plt.subplots(2, len(columns), figsize=(8 * len(columns), 10 + legend_inches(len(cells))),
+                             squeeze=False)
     palette = colors(cells)
     for column, n in enumerate(columns):
         width = max(1, n // 32)  # a moving mean over positions: one position of the split is ~1/n of its tokens
@@ -209,19 +239,18 @@ def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cel
             bottom.set_title("whole window − sliding window, same model")
         off_scale += draw_bands(bottom, differences, palette, width, cut)
         bottom.axhline(0, color="black", linewidth=1)
-        top.set_title(f"nonoverlapping, L = {n} ({n / block_size:g}x block_size)"
-                      + (f"\noff the scale: {', '.join(dict.fromkeys(off_scale))}" if off_scale else ""))
+        # wrapped to the panel's width: one line of many names runs into the next panel's title
+        top.set_title(f"nonoverlapping, L = {n} ({n / block_size:g}x block_size)" + (
+            "\n" + textwrap.fill(f"off the scale: {', '.join(dict.fromkeys(off_scale))}", 60) if off_scale else ""))
         for ax in (top, bottom):
             if n > block_size:
                 ax.axvline(block_size - 0.5, color="gray", linestyle="--", linewidth=1)
             ax.set_xlim(-0.5, n - 0.5)
             ax.set_xlabel("position in the window" + (f" ({width}-position moving mean)" if width > 1 else ""))
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=9)
         top.set_ylabel(f"mean {study['split']} loss (nats/token)")
         bottom.set_ylabel("loss difference (nats/token); negative: better")
     fig.suptitle(f"Loss at each position of the eval windows\n(final models; {BAND})")
-    fig.tight_layout()
+    place_legends(fig, axes.flat, len(cells), fontsize=9)
     save(fig, study_dir / "loss_by_position.png")
     return "loss_by_position"
 
@@ -356,9 +385,9 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
     """Each cell's loss at L = block_size against the tokens it trained on (one point per budget, each with its own
     schedule), and each cell's paired gap to the reference cell, with the seed interval as a band."""
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6))
     by_budget = list(budgets["by_budget"].values())
     cells = list(dict.fromkeys(row["variant"] for entry in by_budget for row in entry["rows"]))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6 + legend_inches(len(cells))))
     palette = colors(cells)
     key = f"nonoverlapping {study['block_size']}"
     for cell in cells:
@@ -382,14 +411,12 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
         ax.set_xticks(list(ticks), [f"{tokens / 1e6:.3g}M\n({budget} steps)" for tokens, budget in ticks.items()])
         ax.minorticks_off()
         ax.set_xlabel("tokens seen in training (one point per budget, each a complete schedule)")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=9)
     left.set_ylabel(f"{study['split']} loss at L = block_size (nats/token)")
     right.set_ylabel("paired difference (nats/token); negative: the cell is better")
     left.set_title("Loss against tokens seen")
     right.set_title(f"Gap to {budgets['reference']}, seed by seed")
     fig.suptitle(f"Budgets (final models; {BAND})")
-    fig.tight_layout()
+    place_legends(fig, (left, right), len(cells), fontsize=9)
     save(fig, study_dir / "budgets.png")
     return "budgets"
 

@@ -691,6 +691,51 @@ def test_no_two_cells_of_a_plot_share_a_colour(tmp_path, monkeypatch, cells):
     assert len(lines) == cells and len({to_rgb(line.get_color()) for line in lines}) == cells
 
 
+def position_records(cells: int) -> list[dict]:
+    """Records of `cells` cells on 2 seeds, scored at 64 and 512 by position: cell i's loss rises past 64 by
+    i / 2 nats, so the larger ones leave the scale of the plot past block_size."""
+    records = []
+    for i in range(cells):
+        for seed in (1, 2):
+            curve = {n: [1.6 + seed / 100 + (i / 2 if p >= 64 else 0) for p in range(n)] for n in (64, 512)}
+            records.append({"variant": f"encoding number {i}", "seed": seed, "eval": {"protocols": {
+                "nonoverlapping": {str(n): {"per_position": curve[n]} for n in (64, 512)},
+                "sliding": {"512": {"per_position": [1.6 + seed / 100] * 512}}}}})
+    return records
+
+
+@pytest.mark.parametrize("cells", [3, 17])
+def test_no_legend_or_title_covers_a_panel(tmp_path, monkeypatch, cells):
+    """With 17 cells the legends inside the panels covered their lines, and the one-line list of the cells off the
+    scale ran across the next panel's title: now many cells get one legend below the panels, and the list wraps."""
+    from study import plots as study_plots
+
+    drawn = []
+    monkeypatch.setattr(study_plots, "save", lambda fig, path: drawn.append(fig))
+    study = {"block_size": 64, "lengths": [64, 512], "ablate_config": {"protocols": ["nonoverlapping", "sliding"]},
+             "window": 64, "split": "test"}
+    names = [f"encoding number {i}" for i in range(cells)]
+    study_plots.plot_loss_by_position(tmp_path, position_records(cells), study, names, names[0])
+    rows = [{"variant": name, "loss": {f"{p} {n}": (1.6, 0.01) for p in ("nonoverlapping", "sliding")
+                                       for n in (64, 512)}} for name in names]
+    study_plots.plot_loss_vs_length(tmp_path, rows, study)
+    for fig in drawn:
+        renderer = fig.canvas.get_renderer()
+        fig.draw(renderer)
+        panels = [ax.get_window_extent(renderer) for ax in fig.axes]
+        legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+        shown = [text.get_text() for legend in legends for text in legend.get_texts()]
+        assert set(names) <= set(shown)
+        if cells > study_plots.LEGEND_INSIDE:
+            assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in fig.axes)
+            extent = fig.legends[0].get_window_extent(renderer)
+            assert not any(extent.overlaps(panel) for panel in panels)
+            assert extent.y0 >= 0 and extent.y1 < min(panel.y0 for panel in panels)
+        titles = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
+        assert all(fig.bbox.x0 <= t.x0 and t.x1 <= fig.bbox.x1 for t in titles)
+        assert not any(a.overlaps(b) for i, a in enumerate(titles) for b in titles[i + 1:])
+
+
 def test_past_the_training_length_is_reported_at_every_budget():
     """Each cell's whole window minus its own sliding window at each budget (stage 2 found it growing with the
     budget for every encoding but ALiBi): scipy's paired interval on the seeds' differences."""
