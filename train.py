@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -422,14 +422,18 @@ def run_checkpoint(run: Run, rng: dict | None = None) -> dict:
 
 @torch.no_grad()
 def estimate_loss(model: torch.nn.Module, splits: dict, config: TrainConfig, block_size: int, device: torch.device,
-                  dtype: torch.dtype, vocab_size: int | None = None) -> dict[str, float]:
-    """Mean loss over eval_iters batches of each split; the same batches every call, so estimates compare."""
+                  dtype: torch.dtype, vocab_size: int | None = None,
+                  poll: Callable[[], None] | None = None) -> dict[str, float]:
+    """Mean loss over eval_iters batches of each split; the same batches every call, so estimates compare. poll()
+    before each batch may end it (StopRequest.poll: a signal came)."""
     model.eval()
     losses = {}
     for split, data in splits.items():
         generator = torch.Generator().manual_seed(config.seed)
         total = 0.0
         for _ in range(config.eval_iters):
+            if poll:
+                poll()
             offsets = sample_offsets(len(data), block_size, config.batch_size, generator)
             x, y = get_batch(data, offsets, block_size, device, vocab_size)
             with autocast_context(device, dtype):
@@ -486,7 +490,7 @@ def evaluate_and_save(run: Run, last: bool, bar: tqdm, stop: StopRequest | None 
     (stop) interrupts the estimate alone, in one process: what follows it writes files."""
     with stop.interruptible(run.world_size == 1) if stop else contextlib.nullcontext():
         losses = estimate_loss(run.compiled, run.splits, run.config, run.block_size, run.device, run.dtype,
-                               run.data_description["vocab_size"])
+                               run.data_description["vocab_size"], stop.poll if stop else None)
         if run.estimate_bytes is None:  # here, not at set-up: a signal interrupts it too
             run.estimate_bytes = estimate_bytes(run.splits, run.config, run.block_size, run.data_description)
     if not math.isfinite(losses["val"]):

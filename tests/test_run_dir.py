@@ -8,9 +8,10 @@ import os
 import signal
 
 import pytest
+import torch
 
 from errors import UserError
-from training.run_dir import MetricsLog, StopRequest, claim_out_dir
+from training.run_dir import Interrupted, MetricsLog, StopRequest, claim_out_dir
 
 
 def test_a_new_run_over_an_old_one_needs_resume_or_overwrite(tmp_path):
@@ -84,3 +85,32 @@ def test_stop_request_turns_the_first_signal_into_a_flag_and_the_second_into_an_
         assert capsys.readouterr().err == "aborted by a second SIGINT: the checkpoints are the last ones saved whole\n"
         assert stop.signal == signal.SIGTERM  # the first is the one reported
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_signal_whose_raise_is_lost_ends_the_evaluation_at_its_next_batch():
+    """Seen once in CI: the handler's Interrupted landed in a finalizer (Python printed it and went on), and an
+    evaluation of eval_iters=10**9 ran past the test's 60 s. Now each batch polls the signal first."""
+    import numpy as np
+
+    from train import TrainConfig, estimate_loss
+
+    class Counting(torch.nn.Module):
+        def forward(self, x, y):
+            self.calls = getattr(self, "calls", 0) + 1
+            return None, torch.tensor(1.0)
+
+    model = Counting()
+    splits = {"train": np.arange(1000, dtype=np.uint16), "val": np.arange(1000, dtype=np.uint16)}
+    config = TrainConfig(eval_iters=50, batch_size=2)
+    with StopRequest() as stop:
+        stop.poll()  # no signal, no block: nothing
+        with stop.interruptible():
+            assert estimate_loss(model, {"val": splits["val"][:100]}, TrainConfig(eval_iters=3, batch_size=2), 8,
+                                 torch.device("cpu"), torch.float32, poll=stop.poll) == {"val": 1.0}
+            with contextlib.suppress(Interrupted):  # lost, as in a finalizer
+                stop.handle(signal.SIGTERM, None)
+            calls = model.calls
+            with pytest.raises(Interrupted):
+                estimate_loss(model, splits, config, 8, torch.device("cpu"), torch.float32, poll=stop.poll)
+            assert model.calls == calls  # ended before its first batch
+        stop.poll()  # outside the block the signal waits for the end of the step

@@ -108,7 +108,9 @@ class StopRequest:
 
     Inside interruptible() (an evaluation, the forward and backward passes that compile), the first signal
     raises Interrupted at once instead: work that may take minutes is abandoned, not waited for. defer() ends
-    that for the rest of the block (the optimizer step has begun: it must finish).
+    that for the rest of the block (the optimizer step has begun: it must finish). A long loop inside the block
+    calls poll() between its pieces: the handler's raise is lost where it lands in a finalizer (torch.compile
+    keeps many; Python prints the exception there and goes on), and poll() raises it again.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -117,6 +119,7 @@ class StopRequest:
         self.signal = 0
         self.previous = {}
         self.raise_now = False
+        self.inside = False  # in an interruptible block, not deferred
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -142,15 +145,21 @@ class StopRequest:
         """A block that a signal interrupts (Interrupted), unless allowed is False or a signal came already."""
         if self.signal and allowed:
             raise Interrupted(self.signal)
-        self.raise_now = allowed
+        self.raise_now = self.inside = allowed
         try:
             yield
         finally:
-            self.raise_now = False
+            self.raise_now = self.inside = False
 
     def defer(self, *args) -> None:
         """From here to the end of the interruptible block, a signal waits for the block to end."""
-        self.raise_now = False
+        self.raise_now = self.inside = False
+
+    def poll(self) -> None:
+        """Inside an interruptible block that a signal has reached: raise Interrupted (again, if its handler's
+        raise was lost)."""
+        if self.inside and self.signal:
+            raise Interrupted(self.signal)
 
     def __exit__(self, *exc):
         for number, handler in self.previous.items():
