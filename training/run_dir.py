@@ -118,8 +118,7 @@ class StopRequest:
     def __init__(self):
         self.signal = 0
         self.previous = {}
-        self.raise_now = False
-        self.inside = False  # in an interruptible block, not deferred
+        self.raise_now = False  # in an interruptible block, not deferred: a signal raises Interrupted
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -136,8 +135,7 @@ class StopRequest:
         if self.signal:
             abort(signum)
         self.signal = signum
-        if self.raise_now:
-            self.raise_now = False
+        if self.raise_now:  # left set: poll() raises again where this raise is lost
             raise Interrupted(signum)
 
     @contextlib.contextmanager
@@ -145,20 +143,20 @@ class StopRequest:
         """A block that a signal interrupts (Interrupted), unless allowed is False or a signal came already."""
         if self.signal and allowed:
             raise Interrupted(self.signal)
-        self.raise_now = self.inside = allowed
+        self.raise_now = allowed
         try:
             yield
         finally:
-            self.raise_now = self.inside = False
+            self.raise_now = False
 
     def defer(self, *args) -> None:
         """From here to the end of the interruptible block, a signal waits for the block to end."""
-        self.raise_now = self.inside = False
+        self.raise_now = False
 
     def poll(self) -> None:
         """Inside an interruptible block that a signal has reached: raise Interrupted (again, if its handler's
         raise was lost)."""
-        if self.inside and self.signal:
+        if self.raise_now and self.signal:
             raise Interrupted(self.signal)
 
     def __exit__(self, *exc):
