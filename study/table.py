@@ -59,6 +59,16 @@ def entries(results: dict, family: str) -> list[tuple[dict, int | str, int | Non
     return [(row, budget, row["length"]) for row in results["comparisons"][family]]
 
 
+def protocols_of(losses: dict[str, float | None]) -> dict[str, dict]:
+    """results.json's {"protocol length": loss} of a run in eval.json's shape, {protocol: {length: {"loss"}}}, which
+    report.comparisons reads (None: the cell has no positions that far)."""
+    protocols: dict[str, dict] = {}
+    for key, loss in losses.items():
+        protocol, n = key.split()
+        protocols.setdefault(protocol, {})[n] = None if loss is None else {"loss": loss}
+    return protocols
+
+
 def against_entries(results: dict, family: str, against: str) -> list[tuple[dict, int | str, int | None]]:
     """Each other cell − the cell `against` at the family's protocol and lengths, paired by seed over the headline
     runs results.json keeps (their losses per protocol and length)."""
@@ -74,12 +84,8 @@ def against_entries(results: dict, family: str, against: str) -> list[tuple[dict
         raise UserError(f"--against pairs two cells under one protocol: give --family as one of "
                         f"{', '.join(map(repr, where))}, not {family!r}")
     protocol, lengths = where[family]
-    records = [{**run, "eval": {**run["eval"], "protocols": {p: {} for p in ("nonoverlapping", "sliding")}}}
+    records = [{**run, "eval": {**run["eval"], "protocols": protocols_of(run["eval"]["loss"])}}
                for run in results["runs"]]
-    for run, record in zip(results["runs"], records, strict=True):
-        for key, loss in run["eval"]["loss"].items():
-            p, n = key.split()
-            record["eval"]["protocols"][p][n] = None if loss is None else {"loss": loss}
     pairs = [((other, protocol), (cell, protocol)) for other in results["labels"] if other != cell]
     budget = "each cell's own steps" if results.get("own_steps") else results["headline_budget"]
     return [(row, budget, row["length"]) for row in comparisons(records, pairs, lengths)]
