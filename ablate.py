@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 
 from errors import OptionError, main_guard
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import parse_options_and_choices
 from study.config import PER_RUN, AblateConfig
 from study.cost import OutOfTime

@@ -50,7 +50,7 @@ from benchmarks.study_speed import bench_study
 from benchmarks.tokenizer_speed import bench_tokenizer, tokenizer_text
 from benchmarks.train_speed import bench_train
 from errors import main_guard
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import parse_options
 from train import TrainConfig
 from training.devices import use_huge_pages

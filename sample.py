@@ -22,7 +22,7 @@ import torch
 from errors import UserError, main_guard
 from files import atomic_files
 from gpt.generate import StopText, check_penalties, generate_stream, token_logprobs
-from gpt.model import GPT
+from model import GPT
 from options import REPEATED, parse_options
 from text.dataset import read_text
 from text.tokenizer import GPT2Tokenizer, Tokenizer, from_description

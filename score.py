@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from errors import OptionError, UserError, main_guard
 from files import atomic_files, special_file_kind
-from gpt.positions import encoding_of
+from layers.positions import encoding_of
 from options import REPEATED, parse_options
 from sample import load_model
 from study.evaluation import model_losses, piece_losses

@@ -26,8 +26,8 @@ from tqdm.auto import tqdm
 
 from errors import OptionError, UserError, main_guard
 from gpt.extend import METHODS, extend_for_training
-from gpt.model import GPT, GPTConfig
-from gpt.positions import ENCODINGS
+from layers.positions import ENCODINGS
+from model import GPT, GPTConfig
 from options import parse_options_and_choices
 from text.dataset import check_recorded_tokens, get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import bits_per_unit, from_description, read_description, token_byte_counts

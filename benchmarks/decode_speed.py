@@ -15,7 +15,7 @@ from benchmarks.common import BenchConfig, bench_clock, figure, seconds
 from errors import UserError
 from gpt.fast_decode import FROZEN_STEP_OPTIONS, compile_frozen_step, compiled_decode_step, frozen
 from gpt.generate import generate
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from train import TrainConfig
 from training.devices import autocast_context, choose_device, choose_dtype, dtype_name
 

@@ -1,4 +1,4 @@
-"""bench.py --what=encodings: what each position encoding (gpt.positions.POS_ENCODINGS, and learned trained on
+"""bench.py --what=encodings: what each position encoding (layers.positions.POS_ENCODINGS, and learned trained on
 random positions) costs on the config's model, against learned timed in the same alternating rounds: a training
 step (forward, backward, AdamW step; eager, on one fixed batch) at the config's block_size and at 4x block_size
 with a quarter of the batch (as many tokens a step), and cached decoding of one sequence (eager, one token a call).
@@ -19,8 +19,8 @@ import torch
 from benchmarks.common import BenchConfig, bench_clock, figure, seconds
 from benchmarks.train_speed import BareLoop, Variant
 from errors import OptionError
-from gpt.model import GPT, GPTConfig, has_fused_adamw
-from gpt.positions import POS_ENCODINGS
+from layers.positions import POS_ENCODINGS
+from model import GPT, GPTConfig, has_fused_adamw
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
 from train import TrainConfig, model_vocab_size, training_dtype

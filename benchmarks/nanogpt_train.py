@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchmarks.common import BenchConfig, figure
 from errors import OptionError
-from gpt.model import GPTConfig
+from model import GPTConfig
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
 from train import TrainConfig

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from benchmarks.common import BenchConfig, figure
-from gpt.model import GPTConfig
+from model import GPTConfig
 from train import TrainConfig, train
 
 

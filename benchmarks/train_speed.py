@@ -16,7 +16,7 @@ import torch
 
 from benchmarks.common import BenchConfig, bench_clock, figure, synchronize
 from errors import OptionError
-from gpt.model import GPT, GPTConfig, has_fused_adamw
+from model import GPT, GPTConfig, has_fused_adamw
 from text.dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import read_description
 from train import TrainConfig, model_vocab_size, tokens_per_iter, train, training_dtype

@@ -1,3 +1,2 @@
-"""The architecture: GPTConfig and GPT with its InputLayer (model.py), the position encodings (positions.py),
-context extension (extend.py), the sampler (generate.py) with the CPU fast path it opts into, and GPT-2's
-weights in and out (gpt2_weights.py)."""
+"""What is done with a GPT (model.py), above it: the sampler (generate.py) with the CPU fast path it opts into
+(fast_decode.py), context extension (extend.py), and GPT-2's weights in and out (gpt2_weights.py)."""

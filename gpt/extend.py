@@ -11,8 +11,8 @@ them in its model_args, so resuming and sampling rebuild the extended model with
 from dataclasses import fields, replace
 
 from errors import UserError
-from gpt.model import GPT, GPTConfig
-from gpt.positions import ENCODINGS
+from layers.positions import ENCODINGS
+from model import GPT, GPTConfig
 
 METHODS = ("interpolate", "copy", "ntk", "yarn", "keep")  # every encoding's extensions together (positions.py)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt.model import GPT, KVCache, write_at
+from model import GPT, KVCache, write_at
 
 DecodeStep = Callable[..., torch.Tensor]  # (token, position, cache[, starts]) -> logits: GPT.decode_step's
 

@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from gpt.fast_decode import DecodeStep, compiled_decode_step
-from gpt.model import GPT, KVCache
+from model import GPT, KVCache
 
 # Per model, held only while the model lives: the cache the compiled step writes (CUDA graphs replay fixed
 # addresses, so a new cache each call would record a new graph). The compiled step itself is fast_decode.py's.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 
 GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # the OpenAI checkpoints from_pretrained knows
 

@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass, fields, replace
 
 from errors import OptionError
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import convert_value
 from study.config import PER_RUN, AblateConfig
 from train import TrainConfig, training_dtype, unused_settings

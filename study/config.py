@@ -15,7 +15,7 @@ MAX_SEEDS = 10_000  # seeds per cell: a plan of them is built in memory
 MAX_SEED = 2**63 - 1  # seeds are int64
 
 # A study's cells when --variants is not given: the five encodings of the first position study
-# (docs/positions/previous/); the other registered encodings (gpt.positions.POS_ENCODINGS: t5) join with --variants.
+# (docs/positions/previous/); the other registered encodings (layers.positions.POS_ENCODINGS: t5) join with --variants.
 STUDY_CELLS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
 

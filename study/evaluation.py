@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from gpt.model import GPT, GPTConfig
-from gpt.positions import encoding_of, t5_bucket
+from layers.positions import encoding_of, t5_bucket
+from model import GPT, GPTConfig
 from study.config import AblateConfig
 from text.tokenizer import bits_per_unit, from_description, token_byte_counts, token_char_counts
 from training.devices import autocast_context

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from errors import OptionError, UserError
 from files import hold_lock, write_atomic
-from gpt.model import GPTConfig
+from model import GPTConfig
 from study.cells import with_resolved_dtype
 from study.config import PER_RUN, AblateConfig
 from study.plan import StudyRun

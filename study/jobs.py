@@ -14,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from errors import UserError
-from gpt.model import GPTConfig
+from model import GPTConfig
 from study.config import AblateConfig, parse_time_limit
 from study.cost import OutOfTime, TimeBox, plan_view, rebuild_steps, run_estimates
 from study.folder import check_modes, claim_study, study_identity

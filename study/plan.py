@@ -27,7 +27,7 @@ from study.evaluation import sliding_geometry
 from training.schedule import wsd_decay_iters
 
 if typing.TYPE_CHECKING:
-    from gpt.model import GPTConfig
+    from model import GPTConfig
     from train import TrainConfig
 
 MAX_RUNS = 100_000  # runs in one plan: it is built in memory

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from gpt.model import GPTConfig
-from gpt.positions import ENCODINGS
+from layers.positions import ENCODINGS
+from model import GPTConfig
 from study.plan import StudyRun
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gpt.model import GPT
+from model import GPT
 from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry, untrained_buckets
 from study.paired_stats import CONFIDENCE, holm, interval, paired, plus_minus, tost, verdict

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from errors import OptionError, UserError
-from gpt.model import GPTConfig
+from model import GPTConfig
 from study.cells import cell_name, study_cells, with_resolved_dtype
 from study.config import AblateConfig
 from study.evaluation import eval_lengths, sliding_geometry, untrained_buckets

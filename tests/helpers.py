@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from errors import main_guard
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from text.dataset import prepare_main
 from train import TrainConfig, train
 

@@ -27,7 +27,7 @@ from scipy import stats
 import ablate
 import files
 from errors import OptionError
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import parse_options
 from study import evaluation as study_eval
 from study import plots as ablate_plots

@@ -9,8 +9,8 @@ from helpers import BLOCK, VOCAB, assert_same_state, max_abs, random_ids, run, t
 from torch.nn import functional as F
 
 from gpt.gpt2_weights import export_hf
-from gpt.model import GPT
-from gpt.positions import POS_ENCODINGS
+from layers.positions import POS_ENCODINGS
+from model import GPT
 from train import TrainConfig, unused_settings
 from training.checkpoint import load_checkpoint
 

@@ -7,7 +7,7 @@ import torch
 from helpers import BLOCK, VOCAB, max_abs, random_ids, tiny_model
 
 from gpt import generate as G
-from gpt.positions import POS_ENCODINGS
+from layers.positions import POS_ENCODINGS
 
 LENGTHS = (3, 8, 5)
 PAD = 7  # any id: padding is never attended to

@@ -11,7 +11,7 @@ import bench
 from benchmarks import decode_speed
 from benchmarks.common import WHAT, figure
 from errors import UserError
-from gpt.model import GPTConfig
+from model import GPTConfig
 from train import TrainConfig
 
 

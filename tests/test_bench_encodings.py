@@ -5,8 +5,8 @@ import math
 
 import bench
 from benchmarks.common import BenchConfig
-from gpt.model import GPTConfig
-from gpt.positions import POS_ENCODINGS
+from layers.positions import POS_ENCODINGS
+from model import GPTConfig
 from train import TrainConfig
 
 

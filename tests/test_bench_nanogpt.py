@@ -13,7 +13,7 @@ import bench
 from benchmarks import nanogpt_train
 from benchmarks.common import BenchConfig
 from benchmarks.nanogpt_train import bench_nanogpt
-from gpt.model import GPTConfig
+from model import GPTConfig
 from train import TrainConfig
 
 # Prints, for steps 0..max_iters as nanoGPT does, 1 s for a step that began with an evaluation and (i + 1) x 10 ms

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from errors import UserError
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from train import TrainConfig, train
 from training import checkpoint
 from training.checkpoint import load_checkpoint, model_from_checkpoint, read_checkpoint, save_checkpoint

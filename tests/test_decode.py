@@ -13,7 +13,7 @@ from helpers import BLOCK, max_abs, random_ids, tiny_model
 from gpt import fast_decode
 from gpt import generate as G
 from gpt import model as M
-from gpt.positions import POS_ENCODINGS
+from layers.positions import POS_ENCODINGS
 from text.tokenizer import GPT2Tokenizer
 
 

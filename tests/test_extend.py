@@ -18,7 +18,7 @@ from errors import OptionError, main_guard
 from gpt import positions as P
 from gpt.extend import extend_model, extended_config
 from gpt.generate import generate
-from gpt.model import GPTConfig, InputLayer
+from model import GPTConfig, InputLayer
 from options import parse_options
 from study import cost as study_cost
 from study import plots as study_plots

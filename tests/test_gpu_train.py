@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from options import read_config_file
 from text.dataset import get_batch, load_split, sample_offsets
 from train import TrainConfig, train
@@ -113,7 +113,7 @@ def test_the_gpu_muon_config_trains_as_written(tmp_path, char_data):
 # fp32 on one batch, then one AdamW step of each.
 FSDP_WORKER = """
 import sys, torch, torch.distributed as dist
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from training.parallel import end_processes, full_model_state, shard_model
 dist.init_process_group("nccl")
 device = torch.device("cuda", 0)

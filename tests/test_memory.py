@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import assert_one_line_error, cli
 
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from training.memory import (
     MemoryConfig,
     gpt2_config,

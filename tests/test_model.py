@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from gpt import gpt2_weights, kernels
 from gpt import positions as P
 from gpt.generate import filter_logits, generate, sample_next_token
-from gpt.model import GPT, GPTConfig, InputLayer
+from model import GPT, GPTConfig, InputLayer
 
 POS_ENCODINGS = P.POS_ENCODINGS
 # The sinusoidal table is Vaswani's scaled to the token table's init std (0.02): GPTConfig.sinusoidal_amplitude.

@@ -19,7 +19,7 @@ from helpers import CHARS, nanogpt_weights, write_meta, write_nanogpt_data, writ
 from scipy.special import erf
 
 from errors import UserError
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from sample import SampleConfig, load_model, sample
 from text.dataset import load_split, resolve_data_dir
 from text.tokenizer import read_description

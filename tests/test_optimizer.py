@@ -26,7 +26,7 @@ from helpers import (
 
 import train as train_module
 from errors import UserError
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from options import parse_options
 from train import TrainConfig
 from training.checkpoint import load_checkpoint

@@ -21,7 +21,7 @@ import pytest
 
 import options
 from errors import OptionError
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import field_docs, parse_options, read_config_file
 from train import TrainConfig
 
@@ -368,7 +368,7 @@ def comments_by_tokenize(section: type) -> dict[str, str]:
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
 
 
-DOCUMENTED = [("train", "TrainConfig"), ("gpt.model", "GPTConfig"), ("sample", "SampleConfig"),
+DOCUMENTED = [("train", "TrainConfig"), ("model", "GPTConfig"), ("sample", "SampleConfig"),
               ("text.dataset", "PrepareConfig"), ("study.config", "AblateConfig"), ("benchmarks.common", "BenchConfig"),
               ("test_options", "Demo")]
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import torchrun
 
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from train import TrainConfig, train
 from training.checkpoint import load_checkpoint, model_from_checkpoint
 
@@ -26,7 +26,7 @@ WORKER_CONFIG = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=40, block_size=8
 # compares: gathered gradients, each rank's shards, the logits of the sharded model and its full state dict.
 WORKER = """
 import sys, torch, torch.distributed as dist
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from training.parallel import end_processes, full_model_state, gradient_sync, shard_model
 dist.init_process_group("gloo")
 rank, result = dist.get_rank(), {}

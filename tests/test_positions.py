@@ -9,7 +9,7 @@ import torch
 from helpers import BLOCK, max_abs, random_ids, tiny_model
 
 from gpt import positions as P
-from gpt.model import GPT, GPTConfig, InputLayer
+from model import GPT, GPTConfig, InputLayer
 
 # state_dict() of GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=1, n_head=2, n_embd=8, pos_encoding=...)) at
 # main f8be3b9 (model.py as at 03c7507), in order: every encoding has these; learned adds input_layer.wpe after wte.

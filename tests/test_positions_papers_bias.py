@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpt.model import GPT, GPTConfig, InputLayer
-from gpt.positions import rotate
+from layers.positions import rotate
+from model import GPT, GPTConfig, InputLayer
 
 EPS = 0.01  # KERPLE's floor of r1 and r2 (the paper's code), written here, not read from positions.py
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-import gpt.model as model_module
-from gpt.model import GPT, GPTConfig, InputLayer
-from gpt.positions import cope_attention, cope_scores, random_positions, rotate
+import model as model_module
+from layers.positions import cope_attention, cope_scores, random_positions, rotate
+from model import GPT, GPTConfig, InputLayer
 
 VOCAB = 37
 

@@ -9,7 +9,7 @@ import torch
 
 from errors import OptionError, UserError
 from gpt.gpt2_weights import export_hf
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from sample import SampleConfig, encode_prompt, load_model, sample
 from text.dataset import prepare
 from text.tokenizer import CharTokenizer, GPT2Tokenizer

@@ -15,7 +15,7 @@ from helpers import BLOCK, VOCAB, assert_one_line_error, cli, random_ids, tiny_m
 import sample
 from errors import UserError
 from gpt import generate as G
-from gpt.positions import POS_ENCODINGS
+from layers.positions import POS_ENCODINGS
 from sample import SampleConfig
 from text.tokenizer import CharTokenizer
 

@@ -12,7 +12,7 @@ import torch
 
 import score
 from errors import OptionError, UserError, main_guard
-from gpt.model import GPTConfig
+from model import GPTConfig
 from sample import load_model
 from study.config import AblateConfig
 from study.evaluation import evaluate_model, forward_pieces, model_losses, token_losses

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import parse_options
 from train import TrainConfig
 

@@ -21,7 +21,7 @@ from scipy import stats
 
 import ablate
 from errors import OptionError, main_guard
-from gpt.model import GPTConfig
+from model import GPTConfig
 from study import plan as study_plan
 from study import run as study_run
 from study import stages as study_stages

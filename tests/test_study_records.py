@@ -18,7 +18,7 @@ import pytest
 from helpers import assert_one_line_error, cli, corpus
 
 import ablate
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import parse_options
 from study import cost as study_cost
 from study import folder as study_folder

@@ -25,7 +25,7 @@ from helpers import assert_one_line_error, cli, corpus, digests
 
 import ablate
 import files
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import parse_options
 from study import folder as study_folder
 from study import records as run_records

@@ -202,7 +202,7 @@ def test_a_vocabulary_larger_than_the_text_allows(tmp_path):
 
 def test_a_model_trained_on_a_learned_bpe_resumes_and_samples_with_no_tokenizer_flag(tmp_path, corpus_text):
     """The description (tokens included) goes into the checkpoint the way char's and GPT-2's do."""
-    from gpt.model import GPTConfig
+    from model import GPTConfig
     from sample import SampleConfig, load_model, sample
     from train import TrainConfig, train
 

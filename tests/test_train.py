@@ -25,7 +25,7 @@ import train as train_module
 from errors import UserError
 from gpt import gpt2_weights
 from gpt.generate import generate
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from options import parse_options
 from text.dataset import get_batch, prepare
 from train import TrainConfig, get_lr, train

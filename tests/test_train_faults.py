@@ -22,7 +22,7 @@ import torch
 from helpers import REPO, assert_one_line_error, cli, digests, flags
 
 import train as train_module
-from gpt.model import GPTConfig
+from model import GPTConfig
 from options import parse_options
 from training.checkpoint import load_checkpoint
 

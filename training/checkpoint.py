@@ -24,7 +24,7 @@ from errors import UserError
 from files import atomic_files
 from gpt import gpt2_weights
 from gpt.gpt2_weights import GPT2_NAMES
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 from text.dataset import OLD_SINGLE_TEXT_RULE, split_difference, split_identity
 from text.tokenizer import check_description, tokenizer_difference
 from training.nanogpt import init_checkpoint, is_checkpoint, to_ours

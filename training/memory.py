@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from errors import UserError
-from gpt.model import GPT, GPTConfig
+from model import GPT, GPTConfig
 
 # (n_layer, n_head, n_embd): GPT-2's four, then three of GPT-3's shapes (Brown et al., table 2.1) to find the limits
 MODELS = {"gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280),

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from errors import UserError
-from gpt.model import GPT
+from model import GPT
 
 OPTIMIZERS = ("adamw", "muon")
 MUON_TORCH = "2.9"  # torch.optim.Muon arrived in torch 2.9 (pytorch/pytorch#160213, merged August 2025)

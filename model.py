@@ -1,12 +1,13 @@
 """GPT-2, top to bottom: the config, the input layer, attention with its KV cache, the MLP, the block, the model.
 
-Imports only positions.py and kernels.py of this repo. The input layer is the official GPT-2 one,
+Imports only layers/positions.py and layers/kernels.py of this repo. The input layer is the official GPT-2 one,
     h = wte[X] + wpe[past_length + arange(T)],
-with the position term given by the position encoding (positions.py), which may instead turn queries and keys
+with the position term given by the position encoding (layers/positions.py), which may instead turn queries and keys
 (RoPE) or add a bias to the attention scores (ALiBi, T5), or do nothing at all (NoPE). The speed choices that are
-not the textbook (the CPU's single-query attention, the compiled GELU, the cache's buffer reads) are kernels.py's.
-Generation lives in generate.py (nanoGPT's model.generate is generate.generate(model, idx, ...) there: the sampler
-imports the model, so the model does not import it back), GPT-2's weights in gpt2_weights.py (from_pretrained,
+not the textbook (the CPU's single-query attention, the compiled GELU, the cache's buffer reads) are
+layers/kernels.py's.
+Generation lives in gpt/generate.py (nanoGPT's model.generate is generate(model, idx, ...) there: the sampler
+imports the model, so the model does not import it back), GPT-2's weights in gpt/gpt2_weights.py (from_pretrained,
 export_hf).
 """
 
@@ -18,8 +19,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
-from gpt.kernels import attend, gelu_tanh, read_buffer
-from gpt.positions import Turns, cope_attention, encoding_of, random_positions, rotate
+from layers.kernels import attend, gelu_tanh, read_buffer
+from layers.positions import Turns, cope_attention, encoding_of, random_positions, rotate
 
 
 @dataclass
