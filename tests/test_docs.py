@@ -117,7 +117,7 @@ def test_code_points_only_at_docs_that_exist(source):
     assert not pointer_problems(source.read_text(encoding="utf-8"))
 
 
-STUDY_PAGES = ["README.md", "docs/positions/README.md", "docs/positions_bpe/README.md", "docs/context_extension.md"]
+STUDY_PAGES = ["docs/positions/README.md", "docs/positions_bpe/README.md", "docs/context_extension.md"]
 NUMBER = r"[−+-]?\d+\.\d+"
 INTERVAL = re.compile(rf"({NUMBER}) \[({NUMBER}), ({NUMBER})\]")
 
@@ -175,6 +175,9 @@ def test_study_tables_print_each_interval_once_from_its_exact_value():
         lines = (REPO_ROOT / page).read_text(encoding="utf-8").splitlines()
         assert sum(len(INTERVAL.findall(line)) for line in lines if line.startswith("|")) > 10, page
         assert not unmatched_intervals(lines, records), page
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()  # its findings table quotes a few
+    assert sum(len(INTERVAL.findall(line)) for line in readme if line.startswith("|")) >= 2
+    assert not unmatched_intervals(readme, records)
     # the issue's examples, rounded twice: rope at 4000 from results.md's -0.0175, and rope with interpolation
     assert unmatched_intervals(["| rope | −0.026 [−0.034, −0.018] |"], records) == ["−0.026 [−0.034, −0.018]"]
     assert unmatched_intervals(["| rope | −0.026 [−0.034, −0.017] |"], records) == []
@@ -202,3 +205,30 @@ def test_readme_test_command_is_what_ci_runs():
     ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert ci.replace(" -q", "") in readme, ci
+
+
+NUMBER_WORDS = {"six": 6, "eight": 8, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14,
+                "fifteen": 15, "sixteen": 16, "seventeen": 17}
+
+
+def test_readme_is_a_guide_of_at_most_400_lines():
+    assert len((REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 400
+
+
+def test_readme_claims_match_the_code():
+    """What the README says of the configs and the encodings, read back from them: the quick start's steps, the
+    configs table's step counts, the number of encodings and the rows of their table."""
+    from layers.positions import POS_ENCODINGS
+    from options import read_config_file
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    quick = read_config_file(str(REPO_ROOT / "config" / "train_python_docs_char.py"))["max_iters"]
+    assert f"after {quick} steps the validation loss" in readme
+    assert re.search(rf"\| the quick start's \(`train_python_docs_char.py`\) \| {quick} \|", readme)
+    for config, steps in re.findall(r"^\| `(\w+\.py)`[^|]*\|[^|]*?for (\d+) steps \|$", readme, flags=re.M):
+        assert read_config_file(str(REPO_ROOT / "config" / config))["max_iters"] == int(steps), config
+    said = re.search(r"`--pos_encoding=NAME` picks one of (\w+)", readme).group(1)
+    assert NUMBER_WORDS[said] == len(POS_ENCODINGS)
+    rows = re.findall(r"^\| `(\w+)`(?: \(default\))? \| [^|]+ \| [^|]+ \|$", readme.split("## Position encodings")[1]
+                      .split("\n## ")[0], flags=re.M)
+    assert rows[1:] == list(POS_ENCODINGS)  # the header row first
