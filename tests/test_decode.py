@@ -10,9 +10,9 @@ import pytest
 import torch
 from helpers import BLOCK, max_abs, random_ids, tiny_model
 
+import model as M
 from gpt import fast_decode
 from gpt import generate as G
-from gpt import model as M
 from layers.positions import POS_ENCODINGS
 from text.tokenizer import GPT2Tokenizer
 

@@ -15,9 +15,9 @@ from helpers import BLOCK, assert_same_state, max_abs, random_ids, run, tiny_mod
 
 import train as train_module
 from errors import OptionError, main_guard
-from gpt import positions as P
 from gpt.extend import extend_model, extended_config
 from gpt.generate import generate
+from layers import positions as P
 from model import GPTConfig, InputLayer
 from options import parse_options
 from study import cost as study_cost

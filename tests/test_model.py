@@ -18,9 +18,10 @@ from scipy import stats
 from torch import nn
 from torch.nn import functional as F
 
-from gpt import gpt2_weights, kernels
-from gpt import positions as P
+from gpt import gpt2_weights
 from gpt.generate import filter_logits, generate, sample_next_token
+from layers import kernels
+from layers import positions as P
 from model import GPT, GPTConfig, InputLayer
 
 POS_ENCODINGS = P.POS_ENCODINGS

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import BLOCK, max_abs, random_ids, tiny_model
 
-from gpt import positions as P
+from layers import positions as P
 from model import GPT, GPTConfig, InputLayer
 
 # state_dict() of GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=1, n_head=2, n_embd=8, pos_encoding=...)) at
