@@ -12,6 +12,8 @@
                                                                                          # vs learned
     python bench.py config/speedrun_cpu_baseline.py --what=nanogpt --nanogpt_dir=../nanoGPT --repeats=1
                                                                  # whole runs: nanoGPT's own train.py vs ours
+    python bench.py --what=gpu_check   # a GPU machine end to end in under 10 minutes: its peak, the gpu tests,
+                                       # training's MFU, decoding vs its floors; a report to paste (gpu_check.py)
 
 Training: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and with each
 change added (fused AdamW, compile, bfloat16 autocast on CPU), then train.train() against the bare loop of the
@@ -32,6 +34,10 @@ Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each
 nanoGPT: whole training runs of nanoGPT's own train.py and of ours on one CPU recipe and one character dataset,
 alternating over the rounds, as separate processes: each one's training seconds with evaluation excluded, and the
 ratio round by round.
+GPU check: the device and its measured matmul peak, pytest -m gpu, the baby config trained eager and compiled and
+the 124M shape's compiled step (tokens/s, MFU), decoding through the cached, compiled and CUDA-graph paths against
+the matmul and bandwidth floors; each section with its own time limit, in its own process; a report in a new folder
+(check.json, summary.md). On a CPU: tiny shapes, and the CUDA-only sections skipped with the reason.
 """
 
 import json
@@ -42,16 +48,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import BenchConfig
+from benchmarks.common import GPU_CHECK_ONLY, BenchConfig
 from benchmarks.decode_speed import bench_sample, bench_step_variants
 from benchmarks.encoding_speed import bench_encodings
+from benchmarks.gpu_check import gpu_check
 from benchmarks.nanogpt_train import bench_nanogpt
 from benchmarks.study_speed import bench_study
 from benchmarks.tokenizer_speed import bench_tokenizer, tokenizer_text
 from benchmarks.train_speed import bench_train
-from errors import main_guard
+from errors import OptionError, main_guard
 from model import GPTConfig
-from options import parse_options
+from options import parse_options_and_choices
 from train import TrainConfig
 from training.devices import use_huge_pages
 
@@ -122,8 +129,14 @@ def measure_in_processes(argv: list[str], repeats: int) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
-    bench, config, model_config = parse_options(argv, (BenchConfig, TrainConfig, GPTConfig), prog="bench.py",
-                                                description=__doc__, skip=("vocab_size",))
+    (bench, config, model_config), chosen = parse_options_and_choices(
+        argv, (BenchConfig, TrainConfig, GPTConfig), prog="bench.py", description=__doc__, skip=("vocab_size",))
+    if bench.what == "gpu_check":
+        gpu_check(bench, config, set(chosen), argv)
+        return
+    if set(chosen) & set(GPU_CHECK_ONLY):
+        raise OptionError(f"{', '.join(sorted(set(chosen) & set(GPU_CHECK_ONLY)))}: settings of --what=gpu_check, "
+                          f"which would do nothing with --what={bench.what}; drop them")
     if bench.what in ("sample", "step"):
         use_huge_pages()  # as sample.py, whose decoding these time (no tensor exists yet); train.py does not ask
     if bench.what == "tokenizer":

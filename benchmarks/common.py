@@ -1,5 +1,6 @@
 """What every benchmark of bench.py shares: its settings (BenchConfig), the clocks, a figure's record."""
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -8,12 +9,16 @@ import torch
 
 from text.bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
-WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings", "nanogpt")  # bench.py's BENCHMARKS, in order
+# bench.py's BENCHMARKS in order, then the check (gpu_check.py)
+WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings", "nanogpt", "gpu_check")
+# The settings of --what=gpu_check alone, and those it reads beside them (the rest do nothing there and are refused).
+GPU_CHECK_ONLY = ("out", "sections", "isolate", "check_seconds")
+GPU_CHECK_READS = ("what", "bench_steps", "warmup_steps", "max_new_tokens", "figures_file", "device", "dataset")
 
 
 @dataclass
 class BenchConfig:
-    what: str = "train"  # train | sample | step | tokenizer | study | encodings | nanogpt (bench.py's description)
+    what: str = "train"  # train | sample | step | tokenizer | study | encodings | nanogpt | gpu_check (bench.py's text)
     bench_steps: int = 30  # timed training steps per variant and round
     warmup_steps: int = 5  # untimed steps first (compilation, allocator warm-up)
     rounds: int = 3  # alternating rounds over the variants; the median round counts
@@ -27,6 +32,10 @@ class BenchConfig:
     figures_file: str = ""  # set by --repeats for each of its processes: write the figures there as JSON
     input: str = ""  # --what=tokenizer: the UTF-8 text to measure on (required there)
     vocab_sizes: list[int] = field(default_factory=lambda: [512, 2048, 8192])  # --what=tokenizer: BPEs learned
+    out: str = ""  # --what=gpu_check: a new folder for its report (check.json, summary.md); default gpu-check-<time>
+    sections: list[str] = field(default_factory=list)  # --what=gpu_check: the sections to run (gpu_check.py); all
+    isolate: bool = True  # --what=gpu_check: each section in a process of its own (a crash or CUDA error ends it alone)
+    check_seconds: float = 540.0  # --what=gpu_check: time for the whole check; a section's limit is cut to what is left
 
     def __post_init__(self) -> None:
         if self.what not in WHAT:
@@ -34,6 +43,8 @@ class BenchConfig:
         if not self.vocab_sizes or not all(MIN_VOCAB_SIZE <= v <= MAX_VOCAB_SIZE for v in self.vocab_sizes):
             raise ValueError(f"vocab_sizes={self.vocab_sizes} must be one or more sizes in [{MIN_VOCAB_SIZE}, "
                              f"{MAX_VOCAB_SIZE}] (256 bytes + <|endoftext|>, then the merges), e.g. 512,2048")
+        if not (math.isfinite(self.check_seconds) and self.check_seconds > 0):
+            raise ValueError(f"check_seconds={self.check_seconds} must be a number of seconds > 0 (default 540)")
         if self.clock not in ("wall", "cpu"):
             raise ValueError(f"clock={self.clock!r} must be wall or cpu")
         if min(self.bench_steps, self.rounds, self.max_new_tokens, self.crop_tokens, self.sample_batch,

@@ -32,6 +32,23 @@ def floor_pass(model: GPT, dtype: torch.dtype = torch.float32) -> Callable[[], N
     return run
 
 
+def copy_bandwidth(device: torch.device, megabytes: int, repeats: int = 10) -> float:
+    """Best measured bytes/s of copying one tensor of `megabytes` into another (each byte read once, written once)."""
+    source = torch.empty(megabytes * 2**20, dtype=torch.uint8, device=device).fill_(1)
+    target = torch.empty_like(source)
+    best = min(seconds(lambda: target.copy_(source), time.perf_counter, device) for _ in range(repeats))
+    return 2 * source.numel() / best
+
+
+def bandwidth_floor(model: GPT, dtype: torch.dtype, bytes_per_second: float) -> float:
+    """Tokens/s of batch 1 half-way through a full-size cache if a step did nothing but read its weights (every
+    Linear's, in dtype) and the cache's keys and values once, at bytes_per_second: the memory-bandwidth floor."""
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    c = model.config
+    cache = 2 * c.n_layer * (c.block_size // 2) * c.n_embd * model.lm_head.weight.element_size()
+    return bytes_per_second / (weights * torch.finfo(dtype).bits // 8 + cache)
+
+
 def floor_around(floor: Callable[[], None], run: Callable[[], object], clock, device: torch.device,
                  passes: int = 10) -> tuple[float, float]:
     """(seconds of run, the floor's median seconds a pass over `passes` just before it and as many just after)."""

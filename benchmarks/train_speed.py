@@ -42,13 +42,19 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, clock, size: int = 204
     return 2 * size**3 / best
 
 
+def data_sheet_peak(device: torch.device) -> float | None:
+    """The dense bfloat16 peak of a known GPU from its data sheet (GPU_PEAK_FLOPS), else None."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((flops for key, flops in GPU_PEAK_FLOPS.items() if key in name), None)
+
+
 def peak_flops(device: torch.device, dtype: torch.dtype, clock) -> tuple[float, str]:
     """The data-sheet peak of a known GPU in bfloat16, else the matmul peak measured here; and where it came from."""
-    if device.type == "cuda" and dtype == torch.bfloat16:
-        name = torch.cuda.get_device_name(device)
-        for key, flops in GPU_PEAK_FLOPS.items():
-            if key in name:
-                return flops, f"{name} data sheet"
+    flops = data_sheet_peak(device) if dtype == torch.bfloat16 else None
+    if flops is not None:
+        return flops, f"{torch.cuda.get_device_name(device)} data sheet"
     return matmul_peak(device, dtype, clock), "measured"
 
 
