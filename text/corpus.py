@@ -205,8 +205,9 @@ def tokenize_corpus(files: list[Path], config: CorpusConfig, tokenizer: Tokenize
 
     def write(split: str, result, documents: int, size: int) -> None:
         ids = result.get()
-        ids.tofile(outputs[split])
-        hashes[split].update(ids.tobytes())
+        data = ids.tobytes()
+        outputs[split].write(data)  # not ids.tofile: its full-disk error has no errno, only a count
+        hashes[split].update(data)
         counts[f"{split}_tokens"] += len(ids)
         counts[f"{split}_documents"] += documents
         bar.update(size)

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,8 @@ def check_overwrite(out: Path, overwrite: bool) -> None:
 
 
 def read_text(path: str | os.PathLike, what: str = "input file") -> str:
-    """The UTF-8 text of a file the user named; anything else (missing, a folder, binary, empty) a UserError."""
+    """The UTF-8 text of a file the user named, its line ends \n (\r\n and a lone \r read as \n, as Python's text
+    mode reads them, and said on stderr); anything else (missing, a folder, binary, empty) a UserError."""
     file = Path(path)
     if file.is_dir():
         raise UserError(f"{what} {str(path)!r} is a folder, not a text file")
@@ -91,7 +93,8 @@ def read_text(path: str | os.PathLike, what: str = "input file") -> str:
         raise UserError(f"{what} {str(path)!r} holds {file.stat().st_size:,} bytes, more than the "
                         f"{MAX_TEXT_BYTES:,} this preparer holds in memory; use data/corpus/prepare.py --input=PATH")
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open(encoding="utf-8", newline="") as handle:  # line ends as written, to say what becomes of \r
+            text = handle.read()
     except UnicodeDecodeError as e:
         raise UserError(f"{what} {str(path)!r} is not UTF-8 text: byte {e.object[e.start]:#x} at offset "
                         f"{e.start} cannot be decoded") from None
@@ -99,6 +102,10 @@ def read_text(path: str | os.PathLike, what: str = "input file") -> str:
         raise UserError(f"{what} {str(path)!r} cannot be read: {e.strerror}") from None
     if not text:
         raise UserError(f"{what} {str(path)!r} is empty")
+    if carriage_returns := text.count("\r"):  # Python's text mode, as score.py reads a text
+        print(f"note: {what} {str(path)!r} holds {carriage_returns:,} carriage returns (Windows line ends): read "
+              "as newlines", file=sys.stderr)
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
 
 
@@ -186,7 +193,7 @@ def prepare(text: str, out_dir: str | os.PathLike, tokenizer: str | TokenizerCon
     # All four are written in full before any replaces the old dataset: a failure leaves that one whole.
     with replace_files(Path(out_dir), DATASET_FILES) as (train_temp, val_temp, test_temp, description_temp):
         for name, temp in (("train", train_temp), ("val", val_temp), ("test", test_temp)):
-            data[name].tofile(temp)
+            temp.write_bytes(memoryview(data[name]))  # not tofile: its full-disk error has no errno, only a count
         description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")
     return description
 
