@@ -31,8 +31,10 @@ from text.tokenizer import (
     TOKENIZER_FILE,
     CharTokenizer,
     GPT2Tokenizer,
+    check_vocabulary,
     preparer_command,
     read_description,
+    recorded_description,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -188,7 +190,7 @@ def prepare(text: str, out_dir: str | os.PathLike, tokenizer: str | TokenizerCon
     split = split_record(SINGLE_TEXT_RULE, {"val_fraction": config.val_fraction,
                                             "test_fraction": config.test_fraction}, counts,
                          {name: hashlib.sha256(data[name]).hexdigest() for name in SPLITS})
-    description = {**learned.description(), "dtype": dtype.name,
+    description = {**recorded_description(learned), "dtype": dtype.name,
                    **{f"{name}_tokens": counts[name] for name in SPLITS}, "source": source, "split": split}
     # All four are written in full before any replaces the old dataset: a failure leaves that one whole.
     with replace_files(Path(out_dir), DATASET_FILES) as (train_temp, val_temp, test_temp, description_temp):
@@ -253,10 +255,12 @@ def resolve_data_dir(dataset: str) -> Path:
 
 
 def check_recorded_tokens(data_dir: Path, description: dict, splits: tuple[str, ...]) -> None:
-    """Refuse .bin files of these splits whose SHA-256 is not the one tokenizer.json records: a tokenizer.json
-    copied from another dataset with the same token counts (its samples would be byte garbage), or .bin files
-    replaced. Read once per run start; a file of another size is load_split's to report, unhashed, and a dataset
-    prepared before splits were recorded (or nanoGPT's) has nothing to check."""
+    """Refuse a tokenizer.json edited since its .bin files were written (check_vocabulary), and .bin files of these
+    splits whose SHA-256 is not the one tokenizer.json records: a tokenizer.json copied from another dataset with
+    the same token counts (its samples would be byte garbage), or .bin files replaced. Read once per run start; a
+    file of another size is load_split's to report, unhashed, and a dataset prepared before splits were recorded
+    (or nanoGPT's) has nothing to check."""
+    check_vocabulary(data_dir, description)
     recorded = (split_identity(description) or {}).get("sha256", {})
     itemsize = np.dtype(description["dtype"]).itemsize
     for split in splits:
