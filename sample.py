@@ -13,6 +13,7 @@ import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -164,6 +165,12 @@ def encode_prompt(tokenizer: Tokenizer, start: str, block_size: int) -> list[int
     except UserError as e:  # the default "\n" too, for a model of a text without newlines
         raise UserError(f"--start={start!r}: {e}; give a prompt of those, or --start='' to start from the "
                         "model's own first token") from None
+    if start and (kept := tokenizer.decode(ids)) != start:  # a pattern edited by hand ("[a-z]+") skips the rest
+        dropped = "".join(sorted((Counter(start) - Counter(kept)).keys()))
+        raise UserError(f"--start={start!r}: the tokenizer drops {dropped!r} from it (its pre-tokenization pattern "
+                        f"{getattr(tokenizer, 'pattern', '')!r} matches none of them), so the model would not see "
+                        "them; give a prompt without them, or restore GPT-2's pattern (text/tokenizer.py's "
+                        "GPT2_PATTERN) and prepare the data again")
     if len(ids) > block_size:
         print(f"warning: the prompt has {len(ids)} tokens; keeping its last block_size={block_size}",
               file=sys.stderr)

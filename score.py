@@ -24,8 +24,9 @@ import codecs
 import contextlib
 import json
 import math
+import signal
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -43,6 +44,7 @@ from study.evaluation import model_losses, piece_losses
 from text.cuts import MAX_PIECE_FACTOR, MIN_FORCED_CUT, char_start_before_end, safe_cut
 from text.tokenizer import CharTokenizer, Tokenizer, bits_per_unit, token_byte_counts
 from training.devices import choose_device, choose_dtype
+from training.run_dir import Interrupted, StopRequest
 
 PROTOCOLS = ("sliding", "nonoverlapping")
 
@@ -69,6 +71,11 @@ class ScoreConfig:
         for name in ("window", "stride", "length"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0 (0: the default)")
+        other = "sliding" if self.protocol == "nonoverlapping" else "nonoverlapping"
+        for name in ("window", "stride") if self.protocol == "nonoverlapping" else ("length",):
+            if getattr(self, name):
+                raise ValueError(f"{name}={getattr(self, name)} does nothing under protocol={self.protocol} (it "
+                                 f"is --protocol={other}'s); drop --{name}, or give --protocol={other}")
         if self.batch_size < 1 or self.chunk_bytes < 1:
             raise ValueError(f"batch_size={self.batch_size} and chunk_bytes={self.chunk_bytes} must be at least 1")
         if self.stride and self.window and self.stride > self.window:
@@ -93,29 +100,47 @@ def input_size(name: str) -> int:
 
 
 def input_blocks(inputs: list[str], chunk_bytes: int, bar: tqdm) -> Iterator[bytes]:
-    """The bytes of the inputs one after the other ('-': standard input), chunk_bytes at a time. Each file is
-    checked to be UTF-8 on its own as it is read: a piece of text may span two files, and its error must still
-    name the file and the offset in it."""
+    """The bytes of the inputs one after the other ('-': standard input), about chunk_bytes at a time, each file's
+    line ends read as the preparers read a text (Python's text mode): \r\n and a lone \r are \n, said once per
+    file on stderr. A \r at a block's end waits for the next block's first byte; 0x0D is a carriage return
+    wherever it is in UTF-8."""
     for name in inputs:
         source = "standard input" if name == "-" else f"--input {name!r}"
-        check, offset = codecs.getincrementaldecoder("utf-8")(), 0
-        try:
-            with contextlib.nullcontext(sys.stdin.buffer) if name == "-" else open(name, "rb") as file:
-                while True:
-                    block = file.read(chunk_bytes)
-                    carried = len(check.getstate()[0])  # the bytes of a character the last block ended inside
-                    try:
-                        check.decode(block, final=not block)
-                    except UnicodeDecodeError as e:
-                        raise UserError(f"{source} is not UTF-8 text: byte {e.object[e.start]:#x} at offset "
-                                        f"{offset - carried + e.start} cannot be decoded") from None
-                    if not block:
-                        break
-                    offset += len(block)
-                    bar.update(len(block))
-                    yield block
-        except OSError as e:
-            raise UserError(f"{source} cannot be read: {e.strerror or e}") from None
+        held, carriage_returns = b"", 0
+        for block in file_blocks(name, source, chunk_bytes, bar):
+            carriage_returns += block.count(b"\r")
+            block = held + block
+            held = block[-1:] if block.endswith(b"\r") else b""
+            if block := block[:len(block) - len(held)].replace(b"\r\n", b"\n").replace(b"\r", b"\n"):
+                yield block
+        if held:
+            yield b"\n"
+        if carriage_returns:
+            print(f"note: {source} holds {carriage_returns:,} carriage returns (Windows line ends): read as "
+                  "newlines, as prepare.py reads a text", file=sys.stderr)
+
+
+def file_blocks(name: str, source: str, chunk_bytes: int, bar: tqdm) -> Iterator[bytes]:
+    """The bytes of one input, chunk_bytes at a time, checked to be UTF-8 as they are read: a piece of text may
+    span two files, and its error must still name the file and the offset in it."""
+    check, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    try:
+        with contextlib.nullcontext(sys.stdin.buffer) if name == "-" else open(name, "rb") as file:
+            while True:
+                block = file.read(chunk_bytes)
+                carried = len(check.getstate()[0])  # the bytes of a character the last block ended inside
+                try:
+                    check.decode(block, final=not block)
+                except UnicodeDecodeError as e:
+                    raise UserError(f"{source} is not UTF-8 text: byte {e.object[e.start]:#x} at offset "
+                                    f"{offset - carried + e.start} cannot be decoded") from None
+                if not block:
+                    break
+                offset += len(block)
+                bar.update(len(block))
+                yield block
+    except OSError as e:
+        raise UserError(f"{source} cannot be read: {e.strerror or e}") from None
 
 
 def text_pieces(blocks: Iterable[bytes], chunk_bytes: int, any_character: bool) -> Iterator[str]:
@@ -231,7 +256,15 @@ def geometry(config: ScoreConfig, block_size: int, max_length: int | None) -> tu
 
 
 def score(config: ScoreConfig) -> dict:
-    """The model's loss on the text, with what it stands for; writes per_token when asked."""
+    """The model's loss on the text, with what it stands for; writes per_token when asked. Ctrl-C or SIGTERM
+    stops it at once (Interrupted, with the signal), per_token's file left as it was."""
+    with StopRequest() as stop, stop.interruptible():
+        return score_text(config, stop.poll)
+
+
+def score_text(config: ScoreConfig, poll: Callable[[], None]) -> dict:
+    """score() under its stop request: poll() between batches raises a signal's Interrupted again where its
+    handler's raise was lost."""
     if not config.input:
         raise OptionError("no --input: give the text file to score (--input=FILE, repeatable; --input=- for stdin)")
     sizes = [None if name == "-" else input_size(name) for name in config.input]
@@ -250,6 +283,7 @@ def score(config: ScoreConfig) -> dict:
                              isinstance(tokenizer, CharTokenizer))
         chunks = (np.asarray(tokenizer.encode(piece), dtype=np.int64) for piece in pieces)
         for held, first, batch in scored_batches(chunks, length, window, stride, config.batch_size):
+            poll()
             targets, losses = piece_losses(losses_of, torch.from_numpy(held), batch - [first, 0, 0])
             ids = held[targets + 1]
             nats += float(losses.sum())  # batches are the same for every chunk size, and so is this sum
@@ -268,7 +302,12 @@ def score(config: ScoreConfig) -> dict:
 
 def main(argv: list[str]) -> None:
     (config,) = parse_options(argv, (ScoreConfig,), prog="score.py", description=__doc__)
-    result = score(config)
+    try:
+        result = score(config)
+    except Interrupted as stopped:
+        kept = f"; --per_token {config.per_token!r} is as it was" if config.per_token else ""
+        print(f"interrupted ({signal.Signals(stopped.args[0]).name}): nothing scored{kept}", file=sys.stderr)
+        sys.exit(128 + stopped.args[0])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
     names = ", ".join(config.input)
     print(f"{names}: {result['tokens']:,} tokens scored ({result['bytes']:,} bytes), {result['protocol']}")
     print(f"loss {result['loss']:.4f} nats/token, perplexity {result['perplexity']:.3f}, "

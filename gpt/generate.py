@@ -200,15 +200,28 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
     return logits
 
 
+# The penalties act on float32 logits (penalize): 3.4e38 at most. A penalty of this size moves a logit of up to 1e6 by
+# at most 1e25 per count (1e34 for 2**32 counts), or scales it to at most 1e31: always finite. Past it, a float64
+# value that is finite can be inf (or 0) in float32, and every logit inf or nan: each draw then returns id 0.
+PENALTY_LIMIT = 1e25
+
+
 def check_penalties(repetition_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                     penalty_last_n: int = 0) -> None:
     """Refuse penalties that are no numbers to penalise by: a repetition penalty must be finite and > 0 (it divides),
-    the others finite; penalty_last_n >= 0."""
+    the others finite; each within PENALTY_LIMIT, where the float32 logits they change stay finite;
+    penalty_last_n >= 0."""
     if not (math.isfinite(repetition_penalty) and repetition_penalty > 0):
         raise ValueError(f"repetition_penalty={repetition_penalty} must be a finite number > 0 (1.0 is off)")
+    if not 1 / PENALTY_LIMIT <= repetition_penalty <= PENALTY_LIMIT:
+        raise ValueError(f"repetition_penalty={repetition_penalty} would overflow the float32 logits it divides or "
+                         f"multiplies; give a number in [{1 / PENALTY_LIMIT:g}, {PENALTY_LIMIT:g}] (1.0 is off)")
     for name, value in (("frequency_penalty", frequency_penalty), ("presence_penalty", presence_penalty)):
         if not math.isfinite(value):
             raise ValueError(f"{name}={value} must be a finite number (0 is off)")
+        if abs(value) > PENALTY_LIMIT:
+            raise ValueError(f"{name}={value} would overflow the float32 logits it is subtracted from; give a "
+                             f"number in [-{PENALTY_LIMIT:g}, {PENALTY_LIMIT:g}] (0 is off)")
     if penalty_last_n < 0:
         raise ValueError(f"penalty_last_n={penalty_last_n} must be >= 0 (0 counts the whole sequence)")
 

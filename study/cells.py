@@ -7,6 +7,7 @@ the cross product "name=v1,v2;name2=v3,v4". A cell's settings override the confi
 """
 
 import itertools
+import re
 import typing
 from dataclasses import dataclass, fields, replace
 
@@ -92,6 +93,11 @@ def study_cells(ablate: AblateConfig) -> list[dict[str, object]]:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise OptionError(f"cells {repeated} are listed more than once; list each cell once")
+    folders: dict[str, str] = {}
+    for name in names:  # one folder would hold both cells' runs, and the table one of them
+        if (other := folders.setdefault(cell_dir(name), name)) != name:
+            raise OptionError(f"cells {other!r} and {name!r} would share the folder {cell_dir(name)!r} (a folder "
+                              "name keeps letters, digits and ._=+- alone); change a value so that they differ there")
     if ablate.lr_sweep and any("learning_rate" in c for c in cells):
         raise OptionError("a cell sets learning_rate and lr_sweep picks each cell's own: drop one of them")
     return cells
@@ -102,6 +108,11 @@ def cell_name(cell: dict[str, object]) -> str:
     identity (its folder, its records); tables and plots show cell_label."""
     parts = [str(cell["pos_encoding"])] if "pos_encoding" in cell else []
     return " ".join(parts + [f"{k}={v}" for k, v in cell.items() if k != "pos_encoding"]) or "base"
+
+
+def cell_dir(name: str) -> str:
+    """A cell's folder name: its name with anything but letters, digits and ._=+- made _."""
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)
 
 
 def cell_label(cell: dict[str, object]) -> str:

@@ -14,14 +14,13 @@ run_plan composes a study's plan from its config: every cell at every budget, th
 the finetunes of from_cell cells.
 """
 
-import re
 import typing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from errors import OptionError
 from gpt.extend import extended_config
-from study.cells import FROM_CELL, Cell, cell_name, configured_cells, parse_cell, study_cells
+from study.cells import FROM_CELL, Cell, cell_dir, cell_name, configured_cells, parse_cell, study_cells
 from study.config import AblateConfig
 from study.evaluation import sliding_geometry
 from training.schedule import wsd_decay_iters
@@ -52,11 +51,6 @@ class StudyRun:
     cell: str | None = None  # a sweep run: the cell whose learning rate it tries
     evaluation: dict = field(default_factory=dict)  # evaluation settings of its own over the study's (AblateConfig)
     finetune: bool = False  # a from_cell run: a new run from start_from's final weights, not a continuation
-
-
-def cell_dir(name: str) -> str:
-    """A cell's folder name: its name with anything but letters, digits and ._=+- made _."""
-    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)
 
 
 def per_run(train_config, run_dir: Path, seed: int, start_from: Path | None, **changes):

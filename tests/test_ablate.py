@@ -21,7 +21,7 @@ import matplotlib.image  # reads PNGs without a display backend
 import numpy as np
 import pytest
 import torch
-from helpers import corpus
+from helpers import assert_one_line_error, cli, corpus
 from scipy import stats
 
 import ablate
@@ -196,6 +196,17 @@ def test_cells_from_variants_and_grid():
             study_cells(AblateConfig(variants=bad))
     with pytest.raises(OptionError, match="name=v1,v2"):
         study_cells(AblateConfig(variants=[], grid="pos_encoding"))
+
+
+def test_two_cells_of_one_folder_are_refused_before_anything_trains(tmp_path, capsys):
+    """Was: 'learned dataset=a/b' and 'learned dataset=a_b' both trained in learned_dataset=a_b/, the second cell's
+    runs found the first's finished and reused them, and the table showed one cell."""
+    variants = ["learned dataset=a/b", "learned dataset=a_b"]
+    result = cli(ablate.main, [f"--study_dir={tmp_path / 'study'}", "--device=cpu",
+                               f"--variants=learned,{','.join(variants)}"], capsys)
+    assert_one_line_error(*result, "cells 'learned dataset=a/b' and 'learned dataset=a_b' would share the folder "
+                                   "'learned_dataset=a_b'")
+    assert not (tmp_path / "study").exists()
 
 
 def test_plan_applies_each_cell_and_goes_seed_by_seed(tmp_path):

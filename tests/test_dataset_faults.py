@@ -70,6 +70,25 @@ def test_a_tokenizer_json_whose_pattern_is_not_a_regex_is_one_line_before_the_lo
     assert digests(tmp_path / "data") == before and not (tmp_path / "new").exists()
 
 
+def test_a_tokenizer_json_whose_characters_were_swapped_is_refused_and_an_old_one_trains(run_copy, capsys):
+    """Was accepted: the run trained on the .bin's ids and sampled them as other characters. prepare records the
+    vocabulary's SHA-256 beside it; a dataset prepared before that (no vocabulary_sha256) trains as it did."""
+    path = run_copy / "data" / "tokenizer.json"
+    description = json.loads(path.read_text())
+    chars = description["chars"]
+    swapped = chars.replace("a", "\0").replace("e", "a").replace("\0", "e")
+    path.write_text(json.dumps({**description, "chars": swapped}))
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "new", run_copy / "data"), capsys)
+    assert_one_line_error(*result, "tokenizer.json does not say what its .bin files' ids meant when they were written",
+                          "its characters or tokens were edited", "--overwrite=True")
+    assert digests(run_copy) == before and not (run_copy / "new").exists()
+    old = {key: value for key, value in description.items() if key != "vocabulary_sha256"}
+    path.write_text(json.dumps(old))
+    code, _, err = cli(train_module.main, flags(run_copy / "old", run_copy / "data"), capsys)
+    assert code == 0 and (run_copy / "old" / "ckpt.pt").exists(), err
+
+
 # ---- issue 28: datasets read silently with the wrong ids, and fixes that named no existing command ------------
 
 

@@ -3,13 +3,18 @@ one line naming the value, the limit and the fix, no traceback, and the dataset 
 it was. The preparers' main() runs in this process, through errors.main_guard as the scripts do; a prepare that
 fails writing leaves a trained run's dataset (conftest.py's run_copy) whole."""
 
+import errno
 import hashlib
 import json
+import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TEXT, assert_one_line_error, char_preparer, cli, corpus_main, digests
+from helpers import REPO, TEXT, assert_one_line_error, char_preparer, cli, corpus_main, digests
 
 from errors import UserError
 from text.dataset import load_split, prepare, split_difference, split_identity
@@ -176,3 +181,45 @@ def test_prepare_that_fails_writing_leaves_the_old_dataset_whole(run_copy, monke
     with pytest.raises(UserError, match=r"could not write .*train\.bin.*No space left on device"):
         prepare("a whole other corpus, with other characters! " * 50, run_copy / "data", "char")
     assert digests(run_copy / "data") == before  # and no temporary file left beside them
+
+
+@pytest.mark.parametrize("preparer", ["shakespeare_char", "corpus"])
+def test_a_full_disk_is_one_line_naming_it(tmp_path, script_env, preparer):
+    """Was '... : 20000 requested and 0 written': numpy's tofile drops the errno. A file size limit (RLIMIT_FSIZE,
+    the kernel's EFBIG; Python ignores SIGXFSZ) fails the .bin write as a full disk (ENOSPC) does, in the same call."""
+    (tmp_path / "text.txt").write_text(TEXT * 8, encoding="utf-8")
+    extra = ["--tokenizer=char", "--workers=1", "--val_fraction=0.1"] if preparer == "corpus" else []
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))  # noqa: E731
+    result = subprocess.run([sys.executable, str(REPO / "data" / preparer / "prepare.py"), "--progress=False",
+                             f"--input={tmp_path / 'text.txt'}", f"--out_dir={tmp_path / 'out'}", *extra],
+                            capture_output=True, text=True, env=script_env, preexec_fn=limit, timeout=120)
+    assert_one_line_error(result.returncode, result.stdout, result.stderr, "could not write",
+                          "train.bin", ": File too large; nothing was written")
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_a_full_disk_names_no_space_left(tmp_path, capsys, monkeypatch):
+    """ENOSPC itself, raised by the write of the first .bin file."""
+    (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
+
+    def disk_full(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    result = cli(char_preparer(tmp_path / "data"), [f"--input={tmp_path / 'text.txt'}"], capsys)
+    assert_one_line_error(*result, "train.bin", "No space left on device; nothing was written")
+
+
+def test_windows_line_ends_are_read_as_newlines_and_said(tmp_path, capsys):
+    """score.py reads a text's \\r the same way (tests/test_score.py): both as Python's text mode, both say so."""
+    (tmp_path / "unix.txt").write_text(TEXT, encoding="utf-8")
+    (tmp_path / "windows.txt").write_bytes(TEXT.replace("All:\n", "All:\r").replace("\n", "\r\n").encode("utf-8"))
+    for name in ("unix", "windows"):
+        code, _, err = cli(char_preparer(tmp_path / name), [f"--input={tmp_path / f'{name}.txt'}"], capsys)
+        assert code == 0, err
+    assert err.strip() == (f"note: input file {str(tmp_path / 'windows.txt')!r} holds {TEXT.count(chr(10))} "
+                           "carriage returns (Windows line ends): read as newlines")
+    described = [json.loads((tmp_path / name / "tokenizer.json").read_text()) for name in ("windows", "unix")]
+    assert [{**d, "source": ""} for d in described] == [{**described[1], "source": ""}] * 2  # no \r in chars
+    for split in ("train", "val", "test"):  # the lone \r of 'All:\r' too
+        assert (tmp_path / "windows" / f"{split}.bin").read_bytes() == (tmp_path / "unix" / f"{split}.bin").read_bytes()

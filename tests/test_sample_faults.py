@@ -116,3 +116,21 @@ def test_a_prompt_file_that_is_no_file_is_one_line(run_copy, capsys, start, frag
     result = cli(sample.main, [f"--out_dir={run_copy / 'run'}", "--device=cpu", f"--start={start}"], capsys)
     assert_one_line_error(*result, *fragments)
     assert time.perf_counter() - started < 10  # /dev/zero is not read
+
+
+def test_a_prompt_whose_characters_the_tokenizers_pattern_drops_is_one_line():
+    """Was: a pattern edited to '[a-z]+' encoded 'hello, World!' as 'helloorld', and the model continued that."""
+    from helpers import tiny_model
+
+    from errors import UserError
+    from text.tokenizer import GPT2_PATTERN, BPETokenizer
+
+    model = tiny_model("learned", vocab_size=257)
+    config = sample.SampleConfig(start="hello, World!", max_new_tokens=2, num_samples=1)
+    whole = BPETokenizer([bytes([i]) for i in range(256)], GPT2_PATTERN)
+    assert sample.sample(model, whole, config)[0].startswith("hello, World!")
+    edited = BPETokenizer([bytes([i]) for i in range(256)], "[a-z]+")
+    assert edited.decode(edited.encode("hello, World!")) == "helloorld"
+    with pytest.raises(UserError, match=r"^--start='hello, World!': the tokenizer drops ' !,W' from it \(its "
+                                        r"pre-tokenization pattern '\[a-z\]\+' matches none of them\)"):
+        sample.sample(model, edited, config)

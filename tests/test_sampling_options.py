@@ -112,6 +112,29 @@ def test_repetition_penalty_equals_hf(penalty):
     assert torch.equal(ours, RepetitionPenaltyLogitsProcessor(penalty)(history, logits.clone()))
 
 
+def test_penalties_at_their_limits_keep_the_float32_logits_finite():
+    """Was: --presence_penalty=-1e308 or --repetition_penalty=1e-300, finite in float64, made the float32 logits inf
+    or nan and every token id 0. At PENALTY_LIMIT, logits of +-1e6 and a count of 2**32: finite, and the formula's
+    float64 value to float32's precision; past it, refused."""
+    limit = G.PENALTY_LIMIT
+    logits = torch.tensor([[1e6, -1e6, 3.0, -2.0, 0.5]])
+    counts = torch.tensor([[2**32, 1, 7, 1, 0]])
+    present = (counts > 0).double().numpy()
+    for repetition, frequency, presence in [(limit, 0.0, 0.0), (1 / limit, 0.0, 0.0), (1.0, limit, limit),
+                                            (1.0, -limit, -limit), (limit, -limit, limit)]:
+        ours = G.penalize(logits, counts, repetition, frequency, presence)
+        x = logits.double().numpy()
+        x = np.where(present > 0, np.where(x < 0, x * repetition, x / repetition), x)
+        expected = x - counts.double().numpy() * frequency - present * presence
+        assert torch.isfinite(ours).all(), (repetition, frequency, presence)
+        assert np.allclose(ours.double().numpy(), expected, rtol=1e-6, atol=0)
+    assert not torch.isfinite(G.penalize(logits, counts, presence_penalty=-1e308)).all()  # what check_penalties stops
+    for kw in (dict(presence_penalty=-1e308), dict(frequency_penalty=limit * 1.01),
+               dict(repetition_penalty=1e-300), dict(repetition_penalty=limit * 1.01)):
+        with pytest.raises(ValueError, match="would overflow the float32 logits"):
+            G.generate(tiny_model("learned"), random_ids(1, 4), 2, **kw)
+
+
 def test_counts_slide_over_the_last_n_tokens():
     tokens = random_ids(2, 40, vocab=9, seed=5)
     for last_n in (0, 1, 6):
@@ -259,6 +282,10 @@ def test_neutral_values_leave_every_token_as_without_the_options(pos_encoding, t
     ("--frequency_penalty=inf", "frequency_penalty=inf must be a finite number (0 is off)"),
     ("--presence_penalty=nan", "presence_penalty=nan must be a finite number"),
     ("--penalty_last_n=-1", "penalty_last_n=-1 must be >= 0 (0 counts the whole sequence)"),
+    ("--presence_penalty=-1e308", "presence_penalty=-1e+308 would overflow the float32 logits it is subtracted "
+                                  "from; give a number in [-1e+25, 1e+25] (0 is off)"),
+    ("--repetition_penalty=1e-300", "repetition_penalty=1e-300 would overflow the float32 logits it divides or "
+                                    "multiplies; give a number in [1e-25, 1e+25] (1.0 is off)"),
     ("--logprobs=-1", "logprobs=-1 must be >= 0"),
     ("--logprobs_file=", "logprobs_file='' names no file"),
     ("--prompts_per_line=True", "prompts_per_line=True reads prompts from a file, one per line; give --start=FILE"),

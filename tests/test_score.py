@@ -4,11 +4,15 @@ from the text's bytes, and HF transformers' loss of GPT-2 weights on the same to
 import io
 import json
 import math
+import signal
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import torch
+from helpers import REPO
 
 import score
 from errors import OptionError, UserError, main_guard
@@ -44,6 +48,12 @@ def bpe_run_dir(tmp_path_factory, corpus_text):
     return out
 
 
+def protocol_settings(protocol: str) -> dict:
+    """The study's settings for the protocol: a window of 32 advancing by 8 (sliding); block_size 32's windows
+    (nonoverlapping, the default length)."""
+    return {"window": 32, "stride": 8} if protocol == "sliding" else {}
+
+
 def split_file(char_data, tmp_path) -> tuple[np.ndarray, str]:
     """The test split's tokens and a file holding its text."""
     data = load_split(char_data, "test", 32)
@@ -55,8 +65,8 @@ def split_file(char_data, tmp_path) -> tuple[np.ndarray, str]:
 @pytest.mark.parametrize("protocol", ["nonoverlapping", "sliding"])
 def test_the_score_of_a_split_is_the_studys_evaluation_of_it(run_dir, char_data, tmp_path, protocol):
     data, path = split_file(char_data, tmp_path)
-    result = score.score(score.ScoreConfig(out_dir=str(run_dir), input=[path], protocol=protocol, window=32,
-                                           stride=8, device="cpu"))
+    result = score.score(score.ScoreConfig(out_dir=str(run_dir), input=[path], protocol=protocol, device="cpu",
+                                           **protocol_settings(protocol)))
     model = load_model("resume", str(run_dir))[0]
     # the study at L = block_size (non-overlapping), and the sliding protocol over the whole split as one window
     length = 32 if protocol == "nonoverlapping" else len(data) - 1
@@ -97,8 +107,8 @@ def test_a_text_read_in_small_chunks_scores_as_the_whole_text_does(run_dir, bpe_
     def scored(names: list[str], chunk_bytes: int) -> tuple[dict, list[dict]]:
         rows = tmp_path / f"{chunk_bytes}.jsonl"
         result = score.score(score.ScoreConfig(out_dir=run, input=[str(tmp_path / name) for name in names],
-                                               protocol=protocol, window=32, stride=8, chunk_bytes=chunk_bytes,
-                                               device="cpu", per_token=str(rows)))
+                                               protocol=protocol, chunk_bytes=chunk_bytes, device="cpu",
+                                               per_token=str(rows), **protocol_settings(protocol)))
         return result, [json.loads(line) for line in rows.read_text(encoding="utf-8").splitlines()]
 
     whole, whole_rows = scored(["whole.txt"], 1 << 20)
@@ -129,8 +139,8 @@ def test_a_text_of_20_chunks_holds_a_chunk_and_a_batch_of_tokens_at_most(run_dir
     monkeypatch.setattr(score, "scored_batches", spy_batches)
     monkeypatch.setattr(CharTokenizer, "encode", lambda self, piece: encoded.append(len(piece)) or encode(self, piece))
     result = score.score(score.ScoreConfig(out_dir=str(run_dir), input=[str(tmp_path / "t.txt")], protocol=protocol,
-                                           window=window, length=window, chunk_bytes=chunk_bytes,
-                                           batch_size=batch_size, device="cpu"))
+                                           chunk_bytes=chunk_bytes, batch_size=batch_size, device="cpu",
+                                           **{"window" if protocol == "sliding" else "length": window}))
     assert result["tokens"] == len(text) - 1 and len(encoded) >= 20
     # a piece of text is at most a chunk; held: a chunk's tokens and a batch of windows with the token after
     assert max(encoded) <= chunk_bytes and max(held) <= chunk_bytes + batch_size * window + 1 < len(text) / 10
@@ -218,6 +228,11 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
     (b"a text", ["--window=64"], "window=64 is longer than the model's block_size=32"),
     (b"a text", ["--window=8", "--stride=16"], "stride=16 is longer than window=8"),
     (b"a text", ["--protocol=perplexity"], "protocol='perplexity' must be one of sliding, nonoverlapping"),
+    (b"a text", ["--protocol=nonoverlapping", "--window=16"], "window=16 does nothing under protocol="
+                                                               "nonoverlapping (it is --protocol=sliding's); drop"),
+    (b"a text", ["--protocol=nonoverlapping", "--stride=4"], "stride=4 does nothing under protocol=nonoverlapping"),
+    (b"a text", ["--length=16"], "length=16 does nothing under protocol=sliding (it is --protocol=nonoverlapping's); "
+                                 "drop --length, or give --protocol=nonoverlapping"),
 ])
 def test_bad_input_is_one_line(run_dir, tmp_path, capsys, content, flags, message):
     (tmp_path / "t.txt").write_bytes(content)
@@ -232,3 +247,49 @@ def test_no_input_or_a_text_of_one_token_is_refused(run_dir, tmp_path):
     (tmp_path / "one.txt").write_text("a", encoding="utf-8")
     with pytest.raises(UserError, match="needs at least 2"):
         score.score(score.ScoreConfig(out_dir=str(run_dir), input=[str(tmp_path / "one.txt")], device="cpu"))
+
+
+def test_sigterm_while_writing_per_token_is_one_line_143_and_leaves_no_temp_file(run_dir, corpus_text, tmp_path,
+                                                                                 script_env):
+    """Was: exit 143 by the default action, nothing on stderr, tokens.jsonl<random>.tmp left behind. A stride of 1
+    makes a piece per token: scoring takes minutes, and is stopped once the temp file has begun to fill."""
+    (tmp_path / "big.txt").write_text(corpus_text * 20, encoding="utf-8")
+    process = subprocess.Popen([sys.executable, str(REPO / "score.py"), f"--out_dir={run_dir}", "--device=cpu",
+                                f"--input={tmp_path / 'big.txt'}", f"--per_token={tmp_path / 'tokens.jsonl'}",
+                                "--window=32", "--stride=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=script_env)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(temp.stat().st_size for temp in tmp_path.glob("tokens.jsonl*.tmp")):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no token written after 120 s"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)  # within seconds, not at the end of the text
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, err
+    assert err.strip().splitlines() == [f"interrupted (SIGTERM): nothing scored; --per_token "
+                                        f"{str(tmp_path / 'tokens.jsonl')!r} is as it was"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt"]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 5, 1 << 20])  # 1: every \r\n cut between two blocks
+def test_windows_line_ends_score_as_newlines_as_prepare_reads_them(run_dir, corpus_text, tmp_path, capsys,
+                                                                   chunk_bytes):
+    """Was: refused, '\\r' not in the model's characters, where prepare.py reads the same file as newlines
+    (tests/test_prepare_faults.py). \\r\\n and a lone \\r (an old Mac's line end, here at the end of a file) are \\n."""
+    text = corpus_text[:3000]
+    assert "\r" not in text and text.count("\n") > 50
+    (tmp_path / "unix.txt").write_text(text + "\n", encoding="utf-8")
+    (tmp_path / "windows.txt").write_bytes((text.replace("\n", "\r\n") + "\r").encode("utf-8"))
+    results = [score.score(score.ScoreConfig(out_dir=str(run_dir), input=[str(tmp_path / f"{name}.txt")],
+                                             per_token=str(tmp_path / f"{name}.jsonl"), chunk_bytes=chunk_bytes,
+                                             device="cpu")) for name in ("unix", "windows")]
+    assert results[0] == results[1]
+    assert (tmp_path / "unix.jsonl").read_text() == (tmp_path / "windows.jsonl").read_text()
+    assert capsys.readouterr().err.strip() == (f"note: --input {str(tmp_path / 'windows.txt')!r} holds "
+                                               f"{text.count(chr(10)) + 1} carriage returns (Windows line ends): "
+                                               "read as newlines, as prepare.py reads a text")

@@ -28,7 +28,14 @@ from files import replace_files, special_file_kind
 from text.bpe_train import TokenizerConfig, learn_bpe
 from text.cuts import stream_pieces
 from text.dataset import SPLITS, check_overwrite, check_test_fraction, split_record, token_dtype
-from text.tokenizer import DATASET_FILES, CharTokenizer, GPT2Tokenizer, Tokenizer, from_description
+from text.tokenizer import (
+    DATASET_FILES,
+    CharTokenizer,
+    GPT2Tokenizer,
+    Tokenizer,
+    from_description,
+    recorded_description,
+)
 
 SUFFIXES = (".txt", ".jsonl")
 CORPUS_RULE = ("one draw u of random.Random(seed) per document, in sorted file order: val if u < val_fraction, "
@@ -205,8 +212,9 @@ def tokenize_corpus(files: list[Path], config: CorpusConfig, tokenizer: Tokenize
 
     def write(split: str, result, documents: int, size: int) -> None:
         ids = result.get()
-        ids.tofile(outputs[split])
-        hashes[split].update(ids.tobytes())
+        data = ids.tobytes()
+        outputs[split].write(data)  # not ids.tofile: its full-disk error has no errno, only a count
+        hashes[split].update(data)
         counts[f"{split}_tokens"] += len(ids)
         counts[f"{split}_documents"] += documents
         bar.update(size)
@@ -274,7 +282,7 @@ def prepare_corpus(config: CorpusConfig, out_dir: str | os.PathLike, tokenizer: 
         split = split_record(CORPUS_RULE, {"val_fraction": config.val_fraction,
                                            "test_fraction": config.test_fraction, "seed": config.seed},
                              {name: counts[f"{name}_tokens"] for name in SPLITS}, digests)
-        description = {**learned.description(), "dtype": token_dtype(learned.vocab_size).name, **counts,
+        description = {**recorded_description(learned), "dtype": token_dtype(learned.vocab_size).name, **counts,
                        "source": config.input, "split": split}
         description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")
     return description

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,10 @@ from text.tokenizer import (
     TOKENIZER_FILE,
     CharTokenizer,
     GPT2Tokenizer,
+    check_vocabulary,
     preparer_command,
     read_description,
+    recorded_description,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +82,8 @@ def check_overwrite(out: Path, overwrite: bool) -> None:
 
 
 def read_text(path: str | os.PathLike, what: str = "input file") -> str:
-    """The UTF-8 text of a file the user named; anything else (missing, a folder, binary, empty) a UserError."""
+    """The UTF-8 text of a file the user named, its line ends \n (\r\n and a lone \r read as \n, as Python's text
+    mode reads them, and said on stderr); anything else (missing, a folder, binary, empty) a UserError."""
     file = Path(path)
     if file.is_dir():
         raise UserError(f"{what} {str(path)!r} is a folder, not a text file")
@@ -91,7 +95,8 @@ def read_text(path: str | os.PathLike, what: str = "input file") -> str:
         raise UserError(f"{what} {str(path)!r} holds {file.stat().st_size:,} bytes, more than the "
                         f"{MAX_TEXT_BYTES:,} this preparer holds in memory; use data/corpus/prepare.py --input=PATH")
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open(encoding="utf-8", newline="") as handle:  # line ends as written, to say what becomes of \r
+            text = handle.read()
     except UnicodeDecodeError as e:
         raise UserError(f"{what} {str(path)!r} is not UTF-8 text: byte {e.object[e.start]:#x} at offset "
                         f"{e.start} cannot be decoded") from None
@@ -99,6 +104,10 @@ def read_text(path: str | os.PathLike, what: str = "input file") -> str:
         raise UserError(f"{what} {str(path)!r} cannot be read: {e.strerror}") from None
     if not text:
         raise UserError(f"{what} {str(path)!r} is empty")
+    if carriage_returns := text.count("\r"):  # Python's text mode, as score.py reads a text
+        print(f"note: {what} {str(path)!r} holds {carriage_returns:,} carriage returns (Windows line ends): read "
+              "as newlines", file=sys.stderr)
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
 
 
@@ -181,12 +190,12 @@ def prepare(text: str, out_dir: str | os.PathLike, tokenizer: str | TokenizerCon
     split = split_record(SINGLE_TEXT_RULE, {"val_fraction": config.val_fraction,
                                             "test_fraction": config.test_fraction}, counts,
                          {name: hashlib.sha256(data[name]).hexdigest() for name in SPLITS})
-    description = {**learned.description(), "dtype": dtype.name,
+    description = {**recorded_description(learned), "dtype": dtype.name,
                    **{f"{name}_tokens": counts[name] for name in SPLITS}, "source": source, "split": split}
     # All four are written in full before any replaces the old dataset: a failure leaves that one whole.
     with replace_files(Path(out_dir), DATASET_FILES) as (train_temp, val_temp, test_temp, description_temp):
         for name, temp in (("train", train_temp), ("val", val_temp), ("test", test_temp)):
-            data[name].tofile(temp)
+            temp.write_bytes(memoryview(data[name]))  # not tofile: its full-disk error has no errno, only a count
         description_temp.write_text(json.dumps(description, indent=1), encoding="utf-8")
     return description
 
@@ -246,10 +255,12 @@ def resolve_data_dir(dataset: str) -> Path:
 
 
 def check_recorded_tokens(data_dir: Path, description: dict, splits: tuple[str, ...]) -> None:
-    """Refuse .bin files of these splits whose SHA-256 is not the one tokenizer.json records: a tokenizer.json
-    copied from another dataset with the same token counts (its samples would be byte garbage), or .bin files
-    replaced. Read once per run start; a file of another size is load_split's to report, unhashed, and a dataset
-    prepared before splits were recorded (or nanoGPT's) has nothing to check."""
+    """Refuse a tokenizer.json edited since its .bin files were written (check_vocabulary), and .bin files of these
+    splits whose SHA-256 is not the one tokenizer.json records: a tokenizer.json copied from another dataset with
+    the same token counts (its samples would be byte garbage), or .bin files replaced. Read once per run start; a
+    file of another size is load_split's to report, unhashed, and a dataset prepared before splits were recorded
+    (or nanoGPT's) has nothing to check."""
+    check_vocabulary(data_dir, description)
     recorded = (split_identity(description) or {}).get("sha256", {})
     itemsize = np.dtype(description["dtype"]).itemsize
     for split in splits:

@@ -3,6 +3,7 @@ beside the data. The description is plain data: a learned BPE's tokens are in it
 that stores the description (checkpoint.py) can be sampled from without the data folder and without pickle."""
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -271,6 +272,31 @@ def tokenizer_difference(old: dict, new: dict) -> str | None:
         return (f"the same size ({old['vocab_size']}) but other merges: the first that differs is id {first}, "
                 f"{bytes.fromhex(old['tokens'][first])!r} before and {bytes.fromhex(new['tokens'][first])!r} now")
     return None
+
+
+def recorded_description(tokenizer: "Tokenizer") -> dict:
+    """tokenizer's description as tokenizer.json records it with the .bin files it encoded: with the SHA-256 of
+    what its ids mean (vocabulary_sha256), so that a tokenizer.json edited afterwards is found (check_vocabulary)."""
+    description = tokenizer.description()
+    return {**description, "vocabulary_sha256": vocabulary_sha256(description)}
+
+
+def vocabulary_sha256(description: dict) -> str:
+    """A SHA-256 of what a description says each id means: its kind, size, characters or tokens and pattern."""
+    meaning = {key: description[key] for key in ("kind", "vocab_size", "chars", "tokens", "pattern", "special_tokens")
+               if key in description}
+    return hashlib.sha256(json.dumps(meaning, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def check_vocabulary(data_dir: str | os.PathLike, description: dict) -> None:
+    """Refuse a tokenizer.json whose ids mean other text than when its .bin files were written (characters swapped
+    by hand, another dataset's vocabulary of the same size): a run would train on ids it decodes as other text. A
+    dataset prepared before the digest was recorded has nothing to check."""
+    recorded = description.get("vocabulary_sha256")
+    if recorded is not None and recorded != vocabulary_sha256(description):
+        raise UserError(f"{Path(data_dir) / TOKENIZER_FILE} does not say what its .bin files' ids meant when they were "
+                        "written (its vocabulary's SHA-256 is not the one recorded there): its characters or tokens "
+                        f"were edited; restore it, or run {preparer_command(data_dir, overwrite=True)}")
 
 
 # How the configs and docs name a dataset made by --out_dir: data/<text>_bpe<N>, data/<text>_gpt2, from the text of
