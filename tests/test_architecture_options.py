@@ -10,6 +10,7 @@ import torch
 from helpers import BLOCK, VOCAB, assert_same_state, max_abs, random_ids, run, tiny_config, tiny_model
 from torch.nn import functional as F
 
+from errors import UserError
 from gpt.fast_decode import compiled_decode_step
 from gpt.generate import decode, generate
 from gpt.gpt2_weights import export_hf
@@ -324,3 +325,10 @@ def test_a_checkpoint_from_before_them_loads_without_them():
 def test_a_nonsense_later_piece_is_one_line(setting, message):
     with pytest.raises(ValueError, match=message):
         tiny_config("learned", **setting)
+
+
+def test_resuming_with_a_head_rate_the_run_lacked_is_one_line(tmp_path, char_data):
+    settings = dict(max_iters=2, lr_decay_iters=2, warmup_iters=1, eval_interval=2, n_layer=2, tie_head=False)
+    run(tmp_path, char_data, **settings)
+    with pytest.raises(UserError, match="the optimizer or random state does not fit the model"):
+        run(tmp_path, char_data, **{**settings, "max_iters": 4}, init_from="resume", head_learning_rate=1e-2)
