@@ -19,8 +19,11 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from layers.bigram import BigramEmbedding
 from layers.kernels import attend, gelu_tanh, read_buffer
 from layers.positions import Turns, cope_attention, encoding_of, random_positions, rotate
+from layers.smear import Smear
+from layers.value_embeddings import ValueEmbeddings
 
 
 @dataclass
@@ -58,6 +61,14 @@ class GPTConfig:
     zero_init_proj: bool = False  # the blocks' output projections (attention's and the MLP's c_proj) start at zero
     logit_softcap: float = 0.0  # logits become c * tanh(logits / c) (Gemma 2, nanochat: 15); 0: off
     tie_head: bool = True  # the output head is the token table (GPT-2); False: a head of its own, drawn N(0, 0.02^2)
+    # The speedruns' later pieces (modded-nanogpt's records, docs/training.md), each off by default; checkpoints and
+    # study records made before them lack them: they load, and match, at these defaults.
+    zero_init_head: bool = False  # tie_head=False: the head starts at zero (drawn first, so other weights stay)
+    value_embeddings: int = 0  # K token tables added to the values of the first and last K layers; 0: off
+    value_residual: bool = False  # each later layer's values become (1 - l) v + l v_first, l learnable from 0.5
+    x0_shortcut: bool = False  # each block's input becomes a x + b x0 (x0: the input layer's), (a, b) from (1, 0)
+    smear: bool = False  # each token's embedding takes in a gated share of the previous token's (layers/smear.py)
+    bigram_embedding: int = 0  # rows of a (previous, token) table added to the input; >= vocab^2: one a pair; 0: off
     # Longer context than trained (docs/context_extension.md): train.py --extend_positions sets these three, or set
     # them by hand to scale rope at inference. Checkpoints written before them load with the defaults: no scaling.
     position_scaling: str = "none"  # none | interpolate (sinusoidal, rope, learned) | ntk, yarn (rope) | copy (learned)
@@ -87,6 +98,18 @@ class GPTConfig:
             raise ValueError(f"logit_softcap={self.logit_softcap} must be a finite number >= 0 (0: off; nanochat: 15)")
         if not self.learned_init_std >= 0:
             raise ValueError(f"learned_init_std={self.learned_init_std} must be >= 0")
+        if self.zero_init_head and self.tie_head:
+            raise ValueError("zero_init_head=True needs tie_head=False: a tied head is the token table, which cannot "
+                             "start at zero")
+        if not 0 <= self.value_embeddings <= self.n_layer // 2:
+            raise ValueError(f"value_embeddings={self.value_embeddings} must be in [0, n_layer // 2 = "
+                             f"{self.n_layer // 2}]: table i feeds layers i and n_layer - value_embeddings + i")
+        if self.value_residual and self.n_layer < 2:
+            raise ValueError("value_residual=True needs n_layer >= 2: it mixes each later layer's values with the "
+                             "first layer's, and this model has one layer")
+        if self.bigram_embedding < 0:
+            raise ValueError(f"bigram_embedding={self.bigram_embedding} must be >= 0 (rows of the table; 0: off; "
+                             "vocab_size^2 or more: one row a pair)")
 
 
 def check_token_ids(idx: torch.Tensor, vocab_size: int, what: str = "token id", ignore: int | None = None) -> None:
@@ -134,6 +157,10 @@ class InputLayer(nn.Module):
             self.register_parameter(name, parameter)
         for name, buffer in self.encoding.new_buffers().items():
             self.register_buffer(name, buffer, persistent=False)
+        # The terms from the previous token (GPT.previous_tokens), where they are on; both start at zero.
+        self.smear = Smear(config.n_embd) if config.smear else None
+        self.bigram = BigramEmbedding(config.bigram_embedding, config.vocab_size,
+                                      config.n_embd) if config.bigram_embedding else None
         self.drop = nn.Dropout(config.dropout)
 
     def reset_token_table(self, generator: torch.Generator) -> None:
@@ -147,13 +174,21 @@ class InputLayer(nn.Module):
     def reset_position_table(self) -> None:
         self.encoding.reset_parameters(self)
 
-    def forward(self, idx: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor,
+                previous: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """(B, T) token ids at positions (T,), past_length .. past_length+T-1 -> (B, T, n_embd). The caller checks
         the positions (GPT.check_positions) and builds them once per forward, for attention too: unchecked, this runs
-        in the compiled decode step as well."""
+        in the compiled decode step as well. previous: GPT.previous_tokens' (ids, present), where smear or the
+        bigram embedding is on."""
         # h = wte[X] + wpe[past_length + arange(T)]: the token's row, plus the encoding's term at its position
         # (learned: the row of wpe; sinusoidal: the fixed table's; None where the encoding acts in attention)
         h = F.embedding(idx, self.wte)
+        if previous is not None:
+            previous_ids, present = previous
+            if self.smear is not None:
+                h = self.smear(h, F.embedding(previous_ids, self.wte), present)
+            if self.bigram is not None:
+                h = h + self.bigram(previous_ids, idx, present)
         position_term = self.encoding.input_term(self, positions)
         if position_term is not None:
             h = h + position_term.to(h.dtype)
@@ -203,7 +238,8 @@ class InputLayer(nn.Module):
         self.encoding.crop(self, block_size)
 
     def num_position_params(self) -> int:
-        return sum(p.numel() for name, p in self.named_parameters() if name != "wte")
+        return sum(p.numel() for name, p in self.named_parameters()
+                   if name != "wte" and not name.startswith(("smear.", "bigram.")))
 
 
 def write_at(cache_k: torch.Tensor, cache_v: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
@@ -216,6 +252,11 @@ def write_at(cache_k: torch.Tensor, cache_v: torch.Tensor, positions: torch.Tens
     return cache_k, cache_v
 
 
+def write_tokens_at(cache_tokens: torch.Tensor, positions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """The cache's token ids (B, max_length) with idx (B, T) written in at positions (T,), in place."""
+    return cache_tokens.index_copy_(1, positions, idx.to(cache_tokens.dtype))
+
+
 class KVCache(nn.Module):
     """Keys and values of the tokens seen so far, preallocated for max_length positions in every layer.
 
@@ -223,13 +264,15 @@ class KVCache(nn.Module):
     graphs need, since the compiled decode step writes them in place.
     """
 
-    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], tokens: torch.Tensor | None = None):
         super().__init__()
         # One (batch_size, n_head, max_length, head_dim) tensor per layer: the compiled decode step then writes
         # each in place (a slice of one tensor for all layers was copied whole at every step: measured).
         for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
             self.register_buffer(f"k{layer}", k, persistent=False)
             self.register_buffer(f"v{layer}", v, persistent=False)
+        # The token ids (batch_size, max_length), where the model reads the previous token (smear, bigram)
+        self.register_buffer("tokens", tokens, persistent=False)
         self.n_layer = len(keys)
         self.batch_size, self.max_length = keys[0].size(0), keys[0].size(2)
         self.length = 0  # past_length: positions already cached
@@ -239,6 +282,10 @@ class KVCache(nn.Module):
         """Write one layer's new keys and values k, v (B, n_head, T, head_dim) at positions (T,); that layer's whole
         cache, (B, n_head, max_length, head_dim) each."""
         return write_at(read_buffer(self, f"k{layer}"), read_buffer(self, f"v{layer}"), positions, k, v)
+
+    def write_tokens(self, positions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Write the token ids idx (B, T) at positions (T,); every cached token id, (B, max_length)."""
+        return write_tokens_at(read_buffer(self, "tokens"), positions, idx)
 
     @property
     def keys(self) -> list[torch.Tensor]:
@@ -261,7 +308,8 @@ class KVCache(nn.Module):
 
     def first_row(self) -> "KVCache":
         """A batch-1 cache that writes into row 0 of this one (a view: no copy)."""
-        row = KVCache([k[:1] for k in self.keys], [v[:1] for v in self.values])
+        tokens = read_buffer(self, "tokens")
+        row = KVCache([k[:1] for k in self.keys], [v[:1] for v in self.values], None if tokens is None else tokens[:1])
         row.length = self.length
         return row
 
@@ -269,6 +317,9 @@ class KVCache(nn.Module):
         """Give every row the first row's cache: one prompt run once for all samples of a batch."""
         for tensor in (*self.keys, *self.values):
             tensor[1:, :, :length] = tensor[:1, :, :length]
+        tokens = read_buffer(self, "tokens")
+        if tokens is not None:
+            tokens[1:, :length] = tokens[:1, :length]
         self.length = length
 
 
@@ -282,16 +333,28 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.qk_norm = config.qk_norm
+        # value_residual: this layer's share of the first layer's values, l (modded-nanogpt's self.lamb, 0.5 at the
+        # start: its record of 10 November 2024, @Grad62304977 after Zhou et al. 2024's value residual learning)
+        self.value_mix = nn.Parameter(torch.full((1,), 0.5)) if config.value_residual and layer > 0 else None
 
     def forward(self, x: torch.Tensor, slots: torch.Tensor, cache: KVCache | None = None,
-                mask: torch.Tensor | None = None, rope: Turns | None = None,
-                cope: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, rope: Turns | None = None, cope: torch.Tensor | None = None,
+                value_embedding: torch.Tensor | None = None,
+                first_values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, C) in the cache's columns slots (T,); mask (this layer's), rope and cope from
         InputLayer.attention_inputs (None: causal; None: no rotation; None: no CoPE). With a cache, attends to the
-        whole cache after writing k and v in those columns."""
+        whole cache after writing k and v in those columns. value_embedding (B, T, C): added to the values;
+        first_values (B, n_head, T, head_dim): the first layer's, mixed in (value_residual). Returns the output and
+        the values attention used for these tokens."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if value_embedding is not None:  # cast: under autocast v is bfloat16, and SDPA wants one dtype
+            v = v + value_embedding.view(B, T, self.n_head, C // self.n_head).transpose(1, 2).to(v.dtype)
+        if self.value_mix is not None:
+            mix = self.value_mix.to(v.dtype)
+            v = (1 - mix) * v + mix * first_values.to(v.dtype)
+        values = v
         if self.qk_norm:
             q, k = rms_norm(q), rms_norm(k)
         if rope is not None:  # before caching: the cache holds turned keys
@@ -304,7 +367,7 @@ class CausalSelfAttention(nn.Module):
         else:
             y = attend(q, k, v, mask, self.dropout, self.training, cached=cache is not None)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        return self.resid_dropout(self.c_proj(y)), values
 
 
 class MLP(nn.Module):
@@ -337,12 +400,21 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(config, layer)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
+        # x0_shortcut: the block's input becomes a x + b x0 (modded-nanogpt's Block.lambdas, (1, 0) at the start:
+        # its record of 10 November 2024)
+        self.x0_mix = nn.Parameter(torch.tensor([1.0, 0.0])) if config.x0_shortcut else None
 
     def forward(self, x: torch.Tensor, slots: torch.Tensor, cache: KVCache | None = None,
-                mask: torch.Tensor | None = None, rope: Turns | None = None,
-                cope: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), slots, cache, mask, rope, cope)
-        return x + self.mlp(self.ln_2(x))
+                mask: torch.Tensor | None = None, rope: Turns | None = None, cope: torch.Tensor | None = None,
+                x0: torch.Tensor | None = None, value_embedding: torch.Tensor | None = None,
+                first_values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's output, and its attention's values (the first layer's feed value_residual's later ones);
+        x0, value_embedding and first_values where x0_shortcut, value_embeddings and value_residual are on."""
+        if self.x0_mix is not None:
+            x = self.x0_mix[0] * x + self.x0_mix[1] * x0
+        attended, values = self.attn(self.ln_1(x), slots, cache, mask, rope, cope, value_embedding, first_values)
+        x = x + attended
+        return x + self.mlp(self.ln_2(x)), values
 
 
 class GPT(nn.Module):
@@ -359,6 +431,8 @@ class GPT(nn.Module):
             self.lm_head.weight = self.input_layer.wte  # weight tying: one Parameter, both uses add to its grad
         else:  # drawn with the token table, from its stream (reset_parameters)
             self.lm_head.weight = nn.Parameter(torch.empty(config.vocab_size, config.n_embd))
+        self.value_embeddings = ValueEmbeddings(config.value_embeddings, config.vocab_size, config.n_embd,
+                                                config.n_layer) if config.value_embeddings else None
         # A training setting, not part of the architecture (train.py sets it): keep only each Block's input for the
         # backward pass and recompute the Block there, trading about a third more compute for far less memory.
         self.activation_checkpointing = False
@@ -376,6 +450,11 @@ class GPT(nn.Module):
                     nn.init.zeros_(p)
             elif p.dim() == 2:
                 nn.init.normal_(p, mean=0.0, std=0.02)
+            elif name.endswith("x0_mix"):  # (a, b) of x0_shortcut: the block's input as it was
+                with torch.no_grad():
+                    p.copy_(torch.tensor([1.0, 0.0]))
+            elif name.endswith("value_mix"):  # value_residual's l: half the first layer's values
+                nn.init.constant_(p, 0.5)
             elif name.endswith("weight"):  # LayerNorm gain
                 nn.init.ones_(p)
             else:
@@ -389,19 +468,29 @@ class GPT(nn.Module):
         if not self.config.tie_head and not self.lm_head.weight.is_meta:  # after the token table: it stays as it was
             with torch.no_grad():
                 self.lm_head.weight.copy_(torch.randn(self.lm_head.weight.shape, generator=token_stream) * 0.02)
+                if self.config.zero_init_head:  # drawn first all the same: the value embeddings stay as they were
+                    self.lm_head.weight.zero_()
+        if self.value_embeddings is not None:  # after the head: the token table and the head stay as they were
+            self.value_embeddings.reset(token_stream)
 
     def get_num_params(self, non_embedding: bool = False) -> int:
         """Parameters, the tied head counted once; non_embedding=True leaves out the position parameters (nanoGPT
-        leaves out its position table)."""
+        leaves out its position table) and the tables that are only looked up, no product (value embeddings,
+        bigram): flops_per_token counts the rest."""
         n_params = sum(p.numel() for p in self.parameters())
-        return n_params - self.input_layer.num_position_params() if non_embedding else n_params
+        if not non_embedding:
+            return n_params
+        lookups = [t.weight for t in (self.value_embeddings, self.input_layer.bigram) if t is not None]
+        return n_params - self.input_layer.num_position_params() - sum(t.numel() for t in lookups)
 
     def make_cache(self, batch_size: int, max_length: int | None = None, dtype: torch.dtype | None = None) -> KVCache:
         """An empty KV cache for batch_size sequences of up to max_length (default block_size) positions."""
         c, weight = self.config, self.lm_head.weight
         shape = (batch_size, c.n_head, max_length or c.block_size, c.n_embd // c.n_head)
+        tokens = torch.zeros(shape[0], shape[2], dtype=torch.long, device=weight.device) if (
+            c.smear or c.bigram_embedding) else None  # what the terms from the previous token read
         return KVCache(*([torch.zeros(shape, device=weight.device, dtype=dtype or weight.dtype)
-                          for _ in range(c.n_layer)] for _ in range(2)))
+                          for _ in range(c.n_layer)] for _ in range(2)), tokens)
 
     def check_positions(self, seq_len: int, past_length: int) -> None:
         """Raise ValueError for seq_len tokens after past_length cached ones that this model cannot place."""
@@ -436,7 +525,7 @@ class GPT(nn.Module):
             positions = random_positions(idx.size(1), self.config.random_positions, idx.device)
         else:
             positions = slots
-        logits = self.blocks_and_head(self.input_layer(idx, positions), positions, cache, slots, starts)
+        logits = self.embed_and_run(idx, positions, cache, slots, starts)
         if cache is not None:
             cache.length += idx.size(1)
         loss = None
@@ -445,22 +534,50 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
+    def embed_and_run(self, idx: torch.Tensor, positions: torch.Tensor, cache: KVCache | None, slots: torch.Tensor,
+                      starts: torch.Tensor | None) -> torch.Tensor:
+        """Logits (B, T, vocab_size) of the tokens idx (B, T) in the cache's columns slots (T,) at positions (T,;
+        (B, T) with starts): the input layer, with the previous tokens where it reads them, then blocks_and_head."""
+        x = self.input_layer(idx, positions, self.previous_tokens(idx, slots, cache, starts))
+        value_embeddings = None if self.value_embeddings is None else self.value_embeddings(idx)
+        return self.blocks_and_head(x, positions, cache, slots, starts, value_embeddings)
+
+    def previous_tokens(self, idx: torch.Tensor, slots: torch.Tensor, cache: KVCache | None,
+                        starts: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """What smear and the bigram embedding read (None when both are off): the id of the token before each of
+        idx (B, T), in the cache's columns slots (T,), (B, T), and whether there is one, (B or 1, T, 1): not for a
+        row's first token, in column 0 or, left-padded, at its start. With a cache, idx is written into it first,
+        and the token before the first new one is read from it."""
+        if self.input_layer.smear is None and self.input_layer.bigram is None:
+            return None
+        tokens = idx if cache is None else cache.write_tokens(slots, idx)  # uncached, slots are 0 .. T-1
+        previous = tokens.index_select(1, (slots - 1).clamp(min=0))
+        present = slots[None, :] > (0 if starts is None else starts[:, None])
+        return previous, present[..., None]
+
     def blocks_and_head(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None,
-                        slots: torch.Tensor | None = None, starts: torch.Tensor | None = None) -> torch.Tensor:
+                        slots: torch.Tensor | None = None, starts: torch.Tensor | None = None,
+                        value_embeddings: list[torch.Tensor | None] | None = None) -> torch.Tensor:
         """Logits (B, T, vocab_size) of the embedded x (B, T, n_embd) at positions (T,), or (B, T) with starts;
         with a cache, writes its keys and values in the columns slots (T,; default: the positions) (the caller
-        counts cache.length)."""
+        counts cache.length). value_embeddings: each layer's rows (ValueEmbeddings), where the option is on."""
         slots = positions if slots is None else slots
         key_length = x.size(1) if cache is None else cache.max_length
         mask, rope, cope = self.input_layer.attention_inputs(positions, key_length, cache is not None, starts, slots)
         per_layer = mask is not None and self.input_layer.encoding.per_layer_bias  # FIRE: a bias of each layer's
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
+        x0 = x if self.config.x0_shortcut else None
+        first_values = None  # the first layer's values, where value_residual mixes them into the later layers'
         for layer, block in enumerate(self.blocks):
             layer_mask = mask[layer] if per_layer else mask
+            value_embedding = None if value_embeddings is None else value_embeddings[layer]
             if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
-                x = checkpoint(block, x, slots, None, layer_mask, rope, cope, use_reentrant=False)
+                x, values = checkpoint(block, x, slots, None, layer_mask, rope, cope, x0, value_embedding,
+                                       first_values, use_reentrant=False)
             else:
-                x = block(x, slots, cache, layer_mask, rope, cope)
+                x, values = block(x, slots, cache, layer_mask, rope, cope, x0, value_embedding, first_values)
+            if layer == 0 and self.config.value_residual:
+                first_values = values
         logits = self.lm_head(self.ln_f(x))
         if self.config.logit_softcap:
             return self.config.logit_softcap * torch.tanh(logits / self.config.logit_softcap)
@@ -475,7 +592,7 @@ class GPT(nn.Module):
         the caller checks the position and counts cache.length.
         """
         positions = position if starts is None else row_positions(position, starts)
-        return self.blocks_and_head(self.input_layer(token, positions), positions, cache, position, starts)[:, -1]
+        return self.embed_and_run(token, positions, cache, position, starts)[:, -1]
 
     def crop_block_size(self, block_size: int, cache: KVCache | None = None) -> None:
         """Shrink the context length, e.g. to finetune GPT-2 (1024) with a smaller block_size; a cache that will
@@ -489,17 +606,21 @@ class GPT(nn.Module):
         self.input_layer.crop(block_size)
 
     def configure_optimizers(self, weight_decay: float, learning_rate: float, betas: tuple[float, float],
-                             device_type: str, fused: bool | None = None,
-                             params: list[nn.Parameter] | None = None) -> torch.optim.AdamW:
+                             device_type: str, fused: bool | None = None, params: list[nn.Parameter] | None = None,
+                             head_learning_rate: float = 0.0) -> torch.optim.AdamW:
         """AdamW with weight decay on matrices (embeddings included) and none on biases and LayerNorm gains.
 
         fused: one fused kernel per step; None uses it where this torch has it for device_type, False is foreach.
         params: the parameters it trains; None: all of them (--optimizer=muon gives it those Muon does not train:
-        training/optimizers.py).
+        training/optimizers.py). head_learning_rate: an untied head's own rate, in a group of its own named "head"
+        (set_learning_rates schedules it); 0: the head is one of the matrices.
         """
         params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        head = self.lm_head.weight if head_learning_rate and not self.config.tie_head else None
+        groups = [{"params": [p for p in params if p.dim() >= 2 and p is not head], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        if any(p is head for p in params):  # the untied head at its own rate (modded-nanogpt's head group)
+            groups.append({"params": [head], "weight_decay": weight_decay, "lr": head_learning_rate, "name": "head"})
         # One fused kernel per step where torch has it for the device (CUDA; CPU and MPS since torch 2.4): on the
         # CPU baby model its step is 2.3x faster than foreach (bench.py's optimizer column). Elsewhere foreach.
         fused = has_fused_adamw(device_type) if fused is None else fused

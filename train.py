@@ -90,6 +90,7 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step, over all processes together
     batch_size: int = 12  # sequences per micro-batch (per process)
     learning_rate: float = 6e-4  # peak learning rate (AdamW's)
+    head_learning_rate: float = 0.0  # tie_head=False: the head's own AdamW peak rate, scheduled alike; 0: learning_rate
     max_iters: int = 5000  # optimizer steps in all
     max_seconds: float = 0.0  # also stop after this much training time (evaluation excluded); 0: no limit
     weight_decay: float = 0.1  # matrices only, AdamW's and Muon's: a step multiplies them by 1 - their rate x this
@@ -690,6 +691,8 @@ def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterabl
                           f"{config.lr_schedule if config.decay_lr else 'constant (decay_lr=False)'}")
         if name == "gelu" and model_config.mlp_activation != "gelu":
             unused.append(f"gelu is a setting of mlp_activation=gelu, and this run's is {model_config.mlp_activation}")
+        if name == "head_learning_rate" and model_config.tie_head:
+            unused.append("head_learning_rate is a setting of tie_head=False, and this run's head is the token table")
         if name.startswith("muon_") and config.optimizer != "muon":
             unused.append(f"{name} is a setting of optimizer=muon, and this run's optimizer is {config.optimizer}")
     return unused

@@ -35,6 +35,8 @@ NANOGPT_SETTINGS = ("eval_interval", "eval_iters", "always_save_checkpoint", "gr
 # run: the CPU speedrun's baseline)
 NANOGPT_ONLY = {"optimizer": "adamw", "lr_schedule": "cosine", "pos_encoding": "learned", "mlp_activation": "gelu",
                 "qk_norm": False, "zero_init_proj": False, "logit_softcap": 0.0, "tie_head": True,
+                "zero_init_head": False, "value_embeddings": 0, "value_residual": False, "x0_shortcut": False,
+                "smear": False, "bigram_embedding": 0, "head_learning_rate": 0.0,
                 "random_positions": 0, "position_scaling": "none", "activation_checkpointing": False,
                 "init_from": "scratch", "max_seconds": 0.0, "device": "cpu"}
 STEP_LINE = re.compile(r"^iter (\d+): loss [-+.\deinfa]+, time ([\d.]+)ms", re.MULTILINE)

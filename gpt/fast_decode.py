@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from model import GPT, KVCache, write_at
+from layers.kernels import read_buffer
+from model import GPT, KVCache, write_at, write_tokens_at
 
 DecodeStep = Callable[..., torch.Tensor]  # (token, position, cache[, starts]) -> logits: GPT.decode_step's
 
@@ -32,11 +33,16 @@ class PlainCache:
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     max_length: int
+    tokens: torch.Tensor | None  # the token ids, where smear or the bigram embedding reads the previous one
 
     def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor,
                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """KVCache.update, on the same tensors."""
         return write_at(self.keys[layer], self.values[layer], positions, k, v)
+
+    def write_tokens(self, positions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """KVCache.write_tokens, on the same tensor."""
+        return write_tokens_at(self.tokens, positions, idx)
 
 
 def compiled_decode_step(model: GPT) -> DecodeStep:
@@ -80,7 +86,7 @@ def frozen(model: GPT, step: Callable) -> DecodeStep:
 
     def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache,
                     starts: torch.Tensor | None = None) -> torch.Tensor:
-        plain = PlainCache(cache.keys, cache.values, cache.max_length)
+        plain = PlainCache(cache.keys, cache.values, cache.max_length, read_buffer(cache, "tokens"))
         # freezing is read when a graph compiles, on the first call: set for the call, not a global setting. Set
         # and restored by hand: inductor_config.patch took 50 us a call (measured), this takes 10.
         was_freezing = inductor_config.freezing

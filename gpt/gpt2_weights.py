@@ -31,8 +31,10 @@ def from_pretrained(name_or_dir: str, dropout: float = 0.0) -> GPT:
 
 
 # The architecture options whose GPT-2 setting transformers' GPT2LMHeadModel has (GPTConfig's defaults;
-# zero_init_proj changes only the start, not the architecture).
-GPT2_ARCHITECTURE = {"mlp_activation": "gelu", "qk_norm": False, "logit_softcap": 0.0, "tie_head": True}
+# zero_init_proj and zero_init_head change only the start, not the architecture).
+GPT2_ARCHITECTURE = {"mlp_activation": "gelu", "qk_norm": False, "logit_softcap": 0.0, "tie_head": True,
+                     "value_embeddings": 0, "value_residual": False, "x0_shortcut": False, "smear": False,
+                     "bigram_embedding": 0}
 
 
 def export_hf(model: GPT, directory: str | os.PathLike) -> None:

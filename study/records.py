@@ -28,7 +28,10 @@ NEUTRAL = ("progress", "out_dir", "wandb_log", "wandb_project", "wandb_run_name"
 # there they do what the code before them did, so they stay out of a run's settings (a default must never change).
 LATER_MODEL_FIELDS = {name: getattr(GPTConfig, name) for name in (
     "partial_rope_fraction", "p_rope_fraction", "xpos_gamma", "xpos_scale_base", "kerple_kernel", "fire_width",
-    "cope_positions", "random_positions", "mlp_activation", "qk_norm", "zero_init_proj", "logit_softcap", "tie_head")}
+    "cope_positions", "random_positions", "mlp_activation", "qk_norm", "zero_init_proj", "logit_softcap", "tie_head",
+    "zero_init_head", "value_embeddings", "value_residual", "x0_shortcut", "smear", "bigram_embedding")}
+# TrainConfig fields added after records were committed, with defaults that do what the code before them did
+LATER_TRAIN_FIELDS = {"head_learning_rate": 0.0}
 RUN_RECORDS = (DONE_FILE, "eval.json")
 # What a run's done.json holds, every field needed by a later reuse or by the report; eval.json holds EVAL_FIELDS.
 RECORD_FIELDS = ("variant", "seed", "budget", "role", "tokens_per_iter", "parameters", "iter_num",
@@ -53,14 +56,16 @@ def config_settings(train_config: TrainConfig, model_config: GPTConfig) -> dict:
     """settings() of the configs alone (a study's base configs are no run). Under AdamW the optimizer and Muon's
     settings are left out: they change no number there, and every record made before --optimizer existed lacks
     them (so that those records, and the studies they make, stay what they were). So are the GPTConfig fields of
-    LATER_MODEL_FIELDS at their defaults, where the run's encoding does not read them."""
+    LATER_MODEL_FIELDS at their defaults, where the run's encoding does not read them, and those of
+    LATER_TRAIN_FIELDS at their defaults."""
     adamw = {"optimizer", "muon_learning_rate", "muon_momentum"} if train_config.optimizer == "adamw" else set()
+    later = {k for k, v in LATER_TRAIN_FIELDS.items() if getattr(train_config, k) == v}  # as records before them
     own = ENCODINGS[model_config.pos_encoding].settings
     model = {k: v for k, v in asdict(model_config).items()
              if not (k in LATER_MODEL_FIELDS and k not in own and v == LATER_MODEL_FIELDS[k])}
     # finetune is the run's (a from_cell run starts from its base's weights at step 0): settings()' "finetunes"
     return {"train_config": {k: v for k, v in asdict(train_config).items()
-                             if k not in {*NEUTRAL, *adamw, "finetune"}},
+                             if k not in {*NEUTRAL, *adamw, *later, "finetune"}},
             "model_config": model, "data": data_identity(train_config.dataset)}
 
 

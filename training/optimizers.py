@@ -29,6 +29,7 @@ class OptimizerSettings(typing.Protocol):
     """What building the optimizer and setting its rates read (train.py's TrainConfig has these fields)."""
     optimizer: str  # one of OPTIMIZERS
     learning_rate: float  # AdamW's peak rate
+    head_learning_rate: float  # an untied head's own peak rate; 0: learning_rate
     weight_decay: float
     beta1: float
     beta2: float
@@ -43,6 +44,9 @@ def check_optimizer_settings(config: OptimizerSettings) -> None:
     if not (math.isfinite(config.muon_learning_rate) and config.muon_learning_rate > 0):
         raise ValueError(f"muon_learning_rate={config.muon_learning_rate} must be a finite number > 0 "
                          "(Keller Jordan's Muon: 0.02)")
+    if not (math.isfinite(config.head_learning_rate) and config.head_learning_rate >= 0):
+        raise ValueError(f"head_learning_rate={config.head_learning_rate} must be a finite number >= 0 (0: the "
+                         "head trains at learning_rate)")
     if not 0.0 <= config.muon_momentum < 1.0:
         raise ValueError(f"muon_momentum={config.muon_momentum} must be in [0, 1) (Muon's Nesterov momentum; "
                          "Keller Jordan's Muon: 0.95)")
@@ -100,11 +104,13 @@ def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> 
     weight_decay, each part as torch applies it: the weights times (1 - rate x weight_decay) every step."""
     betas = (config.beta1, config.beta2)
     if config.optimizer == "adamw":
-        return model.configure_optimizers(config.weight_decay, config.learning_rate, betas, device_type)
+        return model.configure_optimizers(config.weight_decay, config.learning_rate, betas, device_type,
+                                          head_learning_rate=config.head_learning_rate)
     matrices = muon_matrices(model)
     taken = {id(p) for p in matrices}
     adamw = model.configure_optimizers(config.weight_decay, config.learning_rate, betas, device_type,
-                                       params=[p for p in model.parameters() if id(p) not in taken])
+                                       params=[p for p in model.parameters() if id(p) not in taken],
+                                       head_learning_rate=config.head_learning_rate)
     muon = torch.optim.Muon(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
                             momentum=config.muon_momentum, adjust_lr_fn=MUON_LR_ADJUSTMENT)
     return MuonAdamW(muon, adamw)
@@ -116,6 +122,8 @@ def set_learning_rates(optimizer: torch.optim.Optimizer, lr: float, config: Opti
     that a resumed run takes the rates it is given, as it always has for learning_rate."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+        if group.get("name") == "head":  # the untied head's own rate, scaled by the same factor
+            group["lr"] = config.head_learning_rate * (lr / config.learning_rate)
     if isinstance(optimizer, MuonAdamW):
         for group in optimizer.parts[0].param_groups:
             group["lr"] = config.muon_learning_rate * (lr / config.learning_rate)
