@@ -48,11 +48,20 @@ from training.checkpoint import (
     refuse_other_shape,
     restore,
     save_checkpoint,
+    saved_average,
 )
 from training.devices import DTYPES, autocast_context, choose_device, choose_dtype, dtype_name
+from training.ema import swap_in_average, update_average
 from training.memory import check_batch_fits, check_model_fits
 from training.nanogpt import continue_training, init_checkpoint
-from training.optimizers import build_optimizer, check_optimizer_here, check_optimizer_settings, set_learning_rates
+from training.optimizers import (
+    MUON_OPTIONS,
+    build_optimizer,
+    check_optimizer_here,
+    check_optimizer_settings,
+    set_learning_rates,
+    set_muon_momentum,
+)
 from training.parallel import (
     PARALLELS,
     check_sharding,
@@ -99,6 +108,13 @@ class TrainConfig:
     optimizer: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for the rest: optimizers.py)
     muon_learning_rate: float = 0.02  # optimizer=muon: Muon's peak rate (Keller Jordan's); scheduled as learning_rate
     muon_momentum: float = 0.95  # optimizer=muon: Muon's Nesterov momentum
+    muon_momentum_warmup: int = 0  # optimizer=muon: steps of momentum rising from muon_momentum_start; 0: none
+    muon_momentum_start: float = 0.85  # muon_momentum_warmup: the momentum at step 0 (modded-nanogpt's: 0.85)
+    muon_orthogonalize: str = "newton_schulz"  # optimizer=muon: newton_schulz (torch's Muon) | polar_express (2025)
+    normuon: bool = False  # optimizer=muon: NorMuon, each neuron's orthogonalised update normalised (Li et al. 2025)
+    cautious_weight_decay: bool = False  # optimizer=muon: decay Muon's weights only where the update's sign is theirs
+    ema_decay: float = 0.0  # > 0: an EMA of the weights from ema_start on, evaluated and saved as the model at the end
+    ema_start: int = 0  # ema_decay: the step after which the EMA averages the weights (it starts as step ema_start+1's)
     grad_clip: float = 1.0  # clip the gradient norm to this; 0: no clipping
     decay_lr: bool = True  # linear warmup then lr_schedule's decay; False: constant learning_rate
     lr_schedule: str = "cosine"  # cosine (to min_lr at lr_decay_iters) | wsd (warmup, stable, decay): schedule.py
@@ -148,6 +164,7 @@ class TrainConfig:
                              "empty: a block_size larger than init_from's is refused)")
         check_schedule(self)
         check_optimizer_settings(self)
+        check_average(self)
 
 
 def check_train_numbers(config: TrainConfig) -> None:
@@ -164,6 +181,16 @@ def check_train_numbers(config: TrainConfig) -> None:
                              f"nanoGPT: beta1=0.9, beta2=0.95)")
     if not 0 <= config.seed < SEED_LIMIT:
         raise ValueError(f"seed={config.seed} must be in [0, 2**64)")
+
+
+def check_average(config: TrainConfig) -> None:
+    """The EMA's settings: a decay in [0, 1) (0: off) and a start that leaves it steps to average."""
+    if not 0.0 <= config.ema_decay < 1.0:
+        raise ValueError(f"ema_decay={config.ema_decay} must be in [0, 1) (0: no EMA; modded-nanogpt's horizon of "
+                         "150 steps: 1 - 1/150 = 0.9933)")
+    if config.ema_decay and not 0 <= config.ema_start < config.max_iters:
+        raise ValueError(f"ema_start={config.ema_start} must be in [0, max_iters={config.max_iters}): the EMA "
+                         "averages the steps after it")
 
 
 class Diverged(UserError, FloatingPointError):
@@ -276,6 +303,8 @@ class Run:
     # UTF-8 bytes of the estimate's targets per split (the same batches every time): counted at the first one
     estimate_bytes: dict[str, int] | None = None
     batches: BatchPrefetcher | None = None  # each step's training batches (step_batches), set up last
+    ema: dict[str, torch.Tensor] | None = None  # ema_decay: the average of the weights (ema.py), once it has begun
+    training_weights: dict[str, torch.Tensor] | None = None  # the trained weights, once the EMA replaced them (end)
 
     @property
     def master(self) -> bool:
@@ -336,6 +365,9 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     dtype = choose_dtype(config.dtype, device)
     check_sharding(config.parallel, world_size, dtype)
     check_optimizer_here(config.optimizer, config.parallel == "fsdp" and world_size > 1)
+    if config.ema_decay and config.parallel == "fsdp" and world_size > 1:
+        raise UserError("ema_decay is not supported with --parallel=fsdp on several processes (each holds a slice of "
+                        "the weights to average; not tried here); use --parallel=ddp, or --ema_decay=0")
     if config.parallel == "fsdp" and world_size == 1 and rank == 0:
         print("note: --parallel=fsdp shards the model over the processes that torchrun starts; this is one "
               "process, which holds the whole model", file=sys.stderr)
@@ -365,6 +397,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     if resumed is not None and config.init_from == "resume":
         run.iter_num, run.best_val_loss = restore(resumed, model, optimizer, run.batch_generator, device,
                                                   run.out_dir / CHECKPOINT)
+        run.ema = saved_average(resumed, model, device, run.out_dir / CHECKPOINT) if config.ema_decay else None
         run.has_checkpoint = True
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         run.iter_num, run.best_val_loss = continue_training(model, optimizer, resumed,
@@ -418,7 +451,8 @@ def run_checkpoint(run: Run, rng: dict | None = None) -> dict:
     config = replace(run.config, dtype=dtype_name(run.dtype))  # the dtype chosen, not "auto"
     return checkpoint_dict(run.model, run.optimizer, model_config=run.model_config, config=config,
                            tokenizer=run.data_description, iter_num=run.iter_num, best_val_loss=run.best_val_loss,
-                           rng=random_state(run.batch_generator, run.device) if rng is None else rng)
+                           rng=random_state(run.batch_generator, run.device) if rng is None else rng, ema=run.ema,
+                           training_weights=run.training_weights)
 
 
 @torch.no_grad()
@@ -527,6 +561,7 @@ def train_step(run: Run, lr: float) -> torch.Tensor:
     """One optimizer step over this process's share of the micro-batches; returns their mean loss (on device)."""
     config = run.config
     set_learning_rates(run.optimizer, lr, config)
+    set_muon_momentum(run.optimizer, run.iter_num, config)
     batches = run.batches.step_batches()
     local_steps = len(batches)
     total = torch.zeros((), device=run.device)
@@ -543,6 +578,8 @@ def train_step(run: Run, lr: float) -> torch.Tensor:
     run.scaler.update()
     run.optimizer.zero_grad(set_to_none=True)
     run.iter_num += 1
+    if config.ema_decay and run.iter_num > config.ema_start:  # within the step: a signal waits for it (defer)
+        run.ema = update_average(run.ema, run.model, config.ema_decay)
     return total
 
 
@@ -605,6 +642,8 @@ def train_loop(run: Run) -> dict:
             last = run.iter_num >= config.max_iters or bool(out_of_time)
             before_step = None  # the random state at the end of the last complete step, when a signal cuts one
             try:
+                if last:
+                    use_average(run, bar)
                 if (run.master or run.sharded) and (run.iter_num % config.eval_interval == 0 or last):
                     evals.append(evaluate_and_save(run, last, bar, stop))
                 if config.eval_only or last:
@@ -640,6 +679,16 @@ def train_loop(run: Run) -> dict:
             "interrupted": int(stopped_by), "out_dir": str(run.out_dir),
             "dtype": dtype_name(run.dtype),
             "model": None if run.sharded else run.model}  # a sharded model holds the process group (end_processes)
+
+
+def use_average(run: Run, bar: tqdm) -> None:
+    """At the end, an EMA run's model becomes the average (ema.py), which the last evaluation measures and saves; a
+    run stopped (max_seconds) before the average began says so."""
+    if run.ema is not None and run.training_weights is None:
+        run.training_weights = swap_in_average(run.model, run.ema)
+    elif run.ema is None and run.config.ema_decay and run.master:
+        bar.write(f"note: the run ended at iteration {run.iter_num}, before ema_start={run.config.ema_start}: the "
+                  "model is the trained weights, not an average")
 
 
 def stop_and_save(run: Run, stopped_by: int, rng: dict | None, bar: tqdm) -> None:
@@ -679,7 +728,8 @@ def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -
 
 def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterable[str]) -> list[str]:
     """The given settings that would do nothing in this run, each said with why: another position encoding's (the
-    settings each encoding reads: positions.py), the wsd schedule's under another schedule, or Muon's under AdamW."""
+    settings each encoding reads: positions.py), the wsd schedule's under another schedule, Muon's under AdamW, a
+    warmup's start without the warmup, a cautious decay of nothing, the EMA's start without an EMA."""
     unused = []
     for name in given:
         owners = [encoding for encoding, kind in ENCODINGS.items() if name in kind.settings]
@@ -693,8 +743,14 @@ def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterabl
             unused.append(f"gelu is a setting of mlp_activation=gelu, and this run's is {model_config.mlp_activation}")
         if name == "head_learning_rate" and model_config.tie_head:
             unused.append("head_learning_rate is a setting of tie_head=False, and this run's head is the token table")
-        if name.startswith("muon_") and config.optimizer != "muon":
+        if (name.startswith("muon_") or name in MUON_OPTIONS) and config.optimizer != "muon":
             unused.append(f"{name} is a setting of optimizer=muon, and this run's optimizer is {config.optimizer}")
+        elif name == "muon_momentum_start" and not config.muon_momentum_warmup:
+            unused.append("muon_momentum_start is a setting of muon_momentum_warmup, and this run's is 0")
+        elif name == "cautious_weight_decay" and config.cautious_weight_decay and not config.weight_decay:
+            unused.append("cautious_weight_decay masks the weight decay, and this run's weight_decay is 0")
+        if name == "ema_start" and not config.ema_decay:
+            unused.append("ema_start is a setting of ema_decay, and this run's is 0 (no EMA)")
     return unused
 
 

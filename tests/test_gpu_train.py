@@ -96,6 +96,25 @@ def test_a_muon_run_resumed_on_the_gpu_continues_it(tmp_path, char_data):
     np.testing.assert_allclose(first + second, whole, rtol=0, atol=1e-5)
 
 
+OPTIONS = dict(muon_orthogonalize="polar_express", normuon=True, cautious_weight_decay=True, muon_momentum_warmup=20,
+               ema_decay=0.9, ema_start=20)  # the speedruns' optimizer options all on (test_optimizer_options.py)
+
+
+def test_the_optimizer_options_learn_and_resume_on_the_gpu(tmp_path, char_data):
+    """Our Muon step (Polar Express, NorMuon, cautious decay; its iteration in bfloat16) and the EMA on CUDA: the loss
+    falls as the plain Muon run's does, and 30 steps then a resume to 60 give the uninterrupted run's losses (to 1e-5,
+    as above; bit for bit is the CPU's test) and its average."""
+    plain = train_losses(tmp_path / "plain", char_data, dtype="float32", **MUON)
+    whole = train_losses(tmp_path / "whole", char_data, dtype="float32", **MUON, **OPTIONS)
+    first = train_losses(tmp_path / "cut", char_data, dtype="float32", **{**MUON, **OPTIONS, "max_iters": 30})
+    second = train_losses(tmp_path / "cut", char_data, dtype="float32", init_from="resume", **MUON, **OPTIONS)
+    assert np.mean(whole[-10:]) < whole[0] - 1.0 and abs(np.mean(whole[-10:]) - np.mean(plain[-10:])) < 0.3
+    np.testing.assert_allclose(first + second, whole, rtol=0, atol=1e-5)
+    a, b = (torch.load(tmp_path / name / "ckpt.pt", weights_only=True) for name in ("whole", "cut"))
+    for key, value in a["ema"].items():
+        torch.testing.assert_close(b["ema"][key], value, rtol=0, atol=1e-5)
+
+
 def test_the_gpu_muon_config_trains_as_written(tmp_path, char_data):
     """config/train_shakespeare_char_muon.py as a user runs it on a GPU (6 x 384, block 256, batch 64, dropout 0.2,
     bf16 autocast, compiled), cut to 200 steps of its schedule: every loss finite, the last ten at least 1.5 nats

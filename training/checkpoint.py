@@ -3,12 +3,13 @@
 A checkpoint holds `model_args` (GPTConfig fields), `model` (state dict), `tokenizer` (the data's description,
 so sampling needs no extra flag) and, for resuming (ckpt.pt; best.pt holds BEST_KEYS only), `optimizer` (one torch
 state dict: AdamW's, or Muon's groups then AdamW's, as `config`'s optimizer records), `config`, `iter_num`,
-`best_val_loss` and `rng`. Weights and optimizer state are full state dicts as one process
-has them, whatever wrote them (one process, DDP or FSDP), so any of them resumes any other's. A file that is not
-such a checkpoint (damaged, truncated, holding code, or settings that do not fit its weights) is a UserError
-naming the file, found before the model is allocated. This module is the one that knows what the keys hold:
-checkpoint_dict writes them, load_checkpoint/model_from_checkpoint read the model, load_for_resume and restore
-the rest.
+`best_val_loss` and `rng`; a run with an EMA of its weights (ema.py) adds `ema` (the average, by parameter name)
+and, once the average has replaced the weights at the end, `training_weights` (what the optimizer trains).
+Weights and optimizer state are full state dicts as one process has them, whatever wrote them (one process, DDP
+or FSDP), so any of them resumes any other's. A file that is not such a checkpoint (damaged, truncated, holding
+code, or settings that do not fit its weights) is a UserError naming the file, found before the model is allocated.
+This module is the one that knows what the keys hold: checkpoint_dict writes them, load_checkpoint and
+model_from_checkpoint read the model, load_for_resume, restore and saved_average the rest.
 """
 
 import dataclasses
@@ -175,12 +176,16 @@ def random_state(batch_generator: torch.Generator, device: torch.device) -> dict
 
 
 def checkpoint_dict(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, model_config: GPTConfig,
-                    config: object, tokenizer: dict, iter_num: int, best_val_loss: float, rng: dict) -> dict:
+                    config: object, tokenizer: dict, iter_num: int, best_val_loss: float, rng: dict,
+                    ema: dict | None = None, training_weights: dict | None = None) -> dict:
     """What ckpt.pt holds (best.pt: best_subset of it). config is the training's settings dataclass, rng
-    random_state(). Under FSDP every rank must call this (it gathers the shards); rank 0 receives the weights."""
-    return {"model_args": dataclasses.asdict(model_config), "model": full_model_state(model), "tokenizer": tokenizer,
-            "iter_num": iter_num, "best_val_loss": best_val_loss, "optimizer": full_optimizer_state(model, optimizer),
-            "config": dataclasses.asdict(config), "rng": rng}
+    random_state(); ema and training_weights, where there are any, ema.py's. Under FSDP every rank must call this
+    (it gathers the shards); rank 0 receives the weights."""
+    state = {"model_args": dataclasses.asdict(model_config), "model": full_model_state(model), "tokenizer": tokenizer,
+             "iter_num": iter_num, "best_val_loss": best_val_loss, "optimizer": full_optimizer_state(model, optimizer),
+             "config": dataclasses.asdict(config), "rng": rng}
+    extras = {"ema": ema, "training_weights": training_weights}
+    return state | {key: value for key, value in extras.items() if value is not None}
 
 
 def best_subset(state: dict) -> dict:
@@ -298,9 +303,12 @@ def check_split(trained_on: dict, data_description: dict, path: Path, dataset: s
 
 def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             batch_generator: torch.Generator, device: torch.device, path: str | os.PathLike) -> tuple[int, float]:
-    """Continue where the checkpoint stopped: load the optimizer moments (into a plain or a sharded optimizer)
-    and both random streams; returns the step and the best val loss to go on from."""
+    """Continue where the checkpoint stopped: load the weights the optimizer trains (training_weights, where the EMA
+    took the model's place at the end), the optimizer moments (into a plain or a sharded optimizer) and both random
+    streams; returns the step and the best val loss to go on from."""
     try:
+        if "training_weights" in state:
+            model.load_state_dict(state["training_weights"])
         load_optimizer_state(model, optimizer, state["optimizer"])
         torch.set_rng_state(state["rng"]["torch"])
         batch_generator.set_state(state["rng"]["batches"])
@@ -310,6 +318,20 @@ def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimize
     except (ValueError, KeyError, TypeError, RuntimeError) as e:  # only the file's content can cause these here
         raise UserError(f"{path}: the optimizer or random state does not fit the model ({type(e).__name__}: "
                         f"{str(e)[:200]})") from None
+
+
+def saved_average(state: dict, model: torch.nn.Module, device: torch.device,
+                  path: str | os.PathLike) -> dict[str, torch.Tensor] | None:
+    """The EMA of the weights that a resumed checkpoint holds (ema.py's, on device), or None where it holds none."""
+    if "ema" not in state:
+        return None
+    names = {name: p for name, p in model.named_parameters()}
+    average = state["ema"]
+    if not isinstance(average, dict) or average.keys() != names.keys() or \
+            any(average[name].shape != p.shape for name, p in names.items()):
+        raise UserError(f"{path}: its 'ema' does not fit the model's parameters (a damaged or edited checkpoint?); "
+                        "resume with --ema_decay=0 to drop it")
+    return {name: average[name].to(device=device, dtype=p.dtype) for name, p in names.items()}
 
 
 def checkpoint_model(path: Path, model_config: GPTConfig, data_description: dict,

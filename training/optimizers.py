@@ -6,6 +6,11 @@ Muon (torch.optim.Muon; Keller Jordan, 2024) replaces a matrix's momentum by the
 the blocks (attention c_attn and c_proj, MLP c_fc and c_proj), not a lookup table (the token table and the head
 tied to it, a position table) nor a vector (LayerNorm gains, biases): those stay AdamW's, as torch's docstring and
 modded-nanogpt say. Each part keeps its own base rate, and the schedule (schedule.py) scales both by one factor.
+
+The speedruns' newer Muon pieces are options, off by default (torch's Muon then steps, bit for bit as before):
+Polar Express's per-iteration coefficients in place of Newton-Schulz's fixed ones, NorMuon's per-neuron
+normalisation, cautious weight decay (MuonVariants, our own Muon step, used when one of them is on), and a momentum
+warmup (muon_momentum_at, under either step).
 """
 
 import math
@@ -18,6 +23,8 @@ from errors import UserError
 from model import GPT
 
 OPTIMIZERS = ("adamw", "muon")
+ORTHOGONALIZATIONS = ("newton_schulz", "polar_express")
+MUON_OPTIONS = ("normuon", "cautious_weight_decay")  # Muon's settings not named muon_*
 MUON_TORCH = "2.9"  # torch.optim.Muon arrived in torch 2.9 (pytorch/pytorch#160213, merged August 2025)
 # Keller Jordan's scaling, the one his Muon and modded-nanogpt use with a rate of 0.02: the step is multiplied by
 # sqrt(max(1, rows / cols)). torch's other choice, "match_rms_adamw" (0.2 * sqrt(max(rows, cols))), makes the rate
@@ -35,6 +42,11 @@ class OptimizerSettings(typing.Protocol):
     beta2: float
     muon_learning_rate: float  # Muon's peak rate
     muon_momentum: float
+    muon_orthogonalize: str  # one of ORTHOGONALIZATIONS
+    normuon: bool
+    cautious_weight_decay: bool
+    muon_momentum_warmup: int  # steps
+    muon_momentum_start: float
 
 
 def check_optimizer_settings(config: OptimizerSettings) -> None:
@@ -50,6 +62,13 @@ def check_optimizer_settings(config: OptimizerSettings) -> None:
     if not 0.0 <= config.muon_momentum < 1.0:
         raise ValueError(f"muon_momentum={config.muon_momentum} must be in [0, 1) (Muon's Nesterov momentum; "
                          "Keller Jordan's Muon: 0.95)")
+    if config.muon_orthogonalize not in ORTHOGONALIZATIONS:
+        raise ValueError(f"muon_orthogonalize={config.muon_orthogonalize!r} must be one of "
+                         f"{', '.join(ORTHOGONALIZATIONS)}")
+    if config.muon_momentum_warmup < 0:
+        raise ValueError(f"muon_momentum_warmup={config.muon_momentum_warmup} must be >= 0 (0: no warmup)")
+    if not 0.0 <= config.muon_momentum_start < 1.0:
+        raise ValueError(f"muon_momentum_start={config.muon_momentum_start} must be in [0, 1) (modded-nanogpt: 0.85)")
 
 
 def check_optimizer_here(optimizer: str, sharded: bool) -> None:
@@ -69,6 +88,105 @@ def check_optimizer_here(optimizer: str, sharded: bool) -> None:
 def muon_matrices(model: GPT) -> list[nn.Parameter]:
     """The weights Muon trains: those of the nn.Linear layers inside the blocks, in the model's order."""
     return [module.weight for module in model.blocks.modules() if isinstance(module, nn.Linear)]
+
+
+# torch.optim.Muon's defaults (Keller Jordan's): the group settings MuonVariants shares with it, so that a checkpoint of
+# either resumes in the other.
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+NS_STEPS = 5
+NS_EPS = 1e-7
+# Polar Express (Amsel, Persson, Musco and Gower 2025, "The Polar Express: Optimal Matrix Sign Methods and Their
+# Application to the Muon Algorithm", arXiv:2505.16932): iteration t applies its own odd quintic a x + b x^3 + c x^5
+# to the singular values, each the best for the interval the ones before it leave, where Newton-Schulz repeats one.
+# The paper's coefficients for 5 iterations, safety factor 2e-2 and cushion 2 (those nanochat and modded-nanogpt use);
+# the input is divided by (1 + the safety factor) times its Frobenius norm, which bounds its spectral norm by 1/1.02.
+POLAR_EXPRESS_COEFFICIENTS = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+POLAR_EXPRESS_SAFETY = 2e-2
+POLAR_EXPRESS_EPS = 1e-6
+NORMUON_BETA2 = 0.95  # NorMuon's second-moment decay (Li et al. 2025's default; nanochat's)
+NORMUON_EPS = 1e-8
+
+
+def orthogonalize(update: torch.Tensor, method: str, group: dict) -> torch.Tensor:
+    """The update's nearest semi-orthogonal matrix, approximately, in bfloat16 as torch computes it: normalised, then
+    X <- aX + (bA + cA^2)X with A = X X^T, the wide way round. newton_schulz is torch.optim.Muon's
+    _zeropower_via_newtonschulz op for op (group's ns_coefficients, ns_steps times, X / max(||X||_F, eps)), so that
+    this step equals torch's; polar_express takes each iteration's own coefficients."""
+    x = update.bfloat16()
+    tall = update.size(0) > update.size(1)
+    x = x.T if tall else x
+    if method == "polar_express":
+        x = x / (x.norm() * (1 + POLAR_EXPRESS_SAFETY) + POLAR_EXPRESS_EPS)
+        coefficients = POLAR_EXPRESS_COEFFICIENTS
+    else:
+        x = x / x.norm().clamp(min=group["eps"])
+        coefficients = (group["ns_coefficients"],) * group["ns_steps"]
+    for a, b, c in coefficients:
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+def normuon_normalize(update: torch.Tensor, second_moment: torch.Tensor) -> torch.Tensor:
+    """NorMuon (Li, Liu, Liang, Chen and Zhao 2025, "NorMuon: Making Muon more efficient and scalable",
+    arXiv:2510.05491, Algorithm 1) on an orthogonalised update O (rows x cols; a row is an output neuron's weights):
+    v <- beta2 v + (1 - beta2) mean_j O_ij^2 (second_moment, rows x 1, in place), O_hat = O / (sqrt(v) + eps). The paper
+    then steps by 0.2 sqrt(rows x cols) / ||O_hat||_F times O_hat, AdamW's RMS (Moonshot's scaling); this Muon keeps
+    Keller Jordan's, so O_hat takes O's Frobenius norm instead, as nanochat and modded-nanogpt do: muon_learning_rate
+    steps as far as it did, each neuron's share evened out."""
+    update = update.float()
+    second_moment.lerp_(update.square().mean(dim=1, keepdim=True), 1 - NORMUON_BETA2)
+    normalized = update / (second_moment.sqrt() + NORMUON_EPS)
+    return normalized * (update.norm() / normalized.norm().clamp(min=torch.finfo(torch.float32).tiny))
+
+
+class MuonVariants(torch.optim.Optimizer):
+    """Muon's step written here for what torch.optim.Muon does not take (another orthogonalisation, a normalisation
+    after it, a mask on its decay): torch's update op for op otherwise, with its group settings and its
+    momentum_buffer, so that the default path stays torch's own and a checkpoint of one resumes in the other.
+
+    orthogonalization: one of ORTHOGONALIZATIONS. normuon: normuon_normalize after it. cautious_weight_decay: decay
+    a weight only where it and the update agree in sign (Chen, Li, Liang, Su, Xie, Pierse, Liang, Lao and Liu 2025,
+    "Cautious Weight Decay", arXiv:2510.12402: x <- x - lr (u + wd I(u x >= 0) x); nanochat and modded-nanogpt):
+    there both move it towards zero, and decay elsewhere would pull against the step."""
+
+    def __init__(self, params: list[nn.Parameter], *, lr: float, weight_decay: float, momentum: float,
+                 orthogonalization: str, normuon: bool, cautious_weight_decay: bool) -> None:
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=True,
+                                      ns_coefficients=NS_COEFFICIENTS, eps=NS_EPS, ns_steps=NS_STEPS,
+                                      adjust_lr_fn=MUON_LR_ADJUSTMENT))
+        self.orthogonalization, self.normuon, self.cautious_weight_decay = (orthogonalization, normuon,
+                                                                           cautious_weight_decay)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            lr, weight_decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(param.grad, memory_format=torch.preserve_format)
+                buffer = state["momentum_buffer"]
+                buffer.lerp_(param.grad, 1 - momentum)
+                update = orthogonalize(param.grad.lerp(buffer, momentum), self.orthogonalization, group)  # Nesterov
+                if self.normuon:
+                    if "normuon_second_moment" not in state:
+                        state["normuon_second_moment"] = torch.zeros(param.shape[0], 1, dtype=torch.float32,
+                                                                     device=param.device)
+                    update = normuon_normalize(update, state["normuon_second_moment"])
+                if self.cautious_weight_decay:
+                    param.sub_(param * (update * param >= 0) * (lr * weight_decay))
+                else:
+                    param.mul_(1 - lr * weight_decay)
+                param.add_(update, alpha=-lr * math.sqrt(max(1, param.shape[0] / param.shape[1])))  # "original"
 
 
 class MuonAdamW(torch.optim.Optimizer):
@@ -111,8 +229,14 @@ def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> 
     adamw = model.configure_optimizers(config.weight_decay, config.learning_rate, betas, device_type,
                                        params=[p for p in model.parameters() if id(p) not in taken],
                                        head_learning_rate=config.head_learning_rate)
-    muon = torch.optim.Muon(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
-                            momentum=config.muon_momentum, adjust_lr_fn=MUON_LR_ADJUSTMENT)
+    momentum = muon_momentum_at(0, config)
+    if config.muon_orthogonalize == "newton_schulz" and not config.normuon and not config.cautious_weight_decay:
+        muon = torch.optim.Muon(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
+                                momentum=momentum, adjust_lr_fn=MUON_LR_ADJUSTMENT)
+    else:
+        muon = MuonVariants(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
+                            momentum=momentum, orthogonalization=config.muon_orthogonalize, normuon=config.normuon,
+                            cautious_weight_decay=config.cautious_weight_decay)
     return MuonAdamW(muon, adamw)
 
 
@@ -127,3 +251,21 @@ def set_learning_rates(optimizer: torch.optim.Optimizer, lr: float, config: Opti
     if isinstance(optimizer, MuonAdamW):
         for group in optimizer.parts[0].param_groups:
             group["lr"] = config.muon_learning_rate * (lr / config.learning_rate)
+
+
+def muon_momentum_at(step: int, config: OptimizerSettings) -> float:
+    """Muon's momentum at step: modded-nanogpt's warmup, linear from muon_momentum_start at step 0 to muon_momentum
+    at step muon_momentum_warmup, muon_momentum from there (muon_momentum throughout when the warmup is 0). A low
+    momentum early follows the gradients of a model that still changes fast."""
+    if step >= config.muon_momentum_warmup:
+        return config.muon_momentum
+    fraction = step / config.muon_momentum_warmup
+    return config.muon_momentum_start + fraction * (config.muon_momentum - config.muon_momentum_start)
+
+
+def set_muon_momentum(optimizer: torch.optim.Optimizer, step: int, config: OptimizerSettings) -> None:
+    """This step's momentum for Muon's groups (muon_momentum_at); from the step, so that a resumed run continues the
+    warmup where it was."""
+    if isinstance(optimizer, MuonAdamW) and config.muon_momentum_warmup:
+        for group in optimizer.parts[0].param_groups:
+            group["momentum"] = muon_momentum_at(step, config)
