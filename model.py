@@ -20,7 +20,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from layers.kernels import attend, gelu_tanh, read_buffer
-from layers.positions import Turns, cope_attention, encoding_of, random_positions, rotate
+from layers.positions import Turns, cope_attention, derived_settings, encoding_of, random_positions, rotate
 
 
 @dataclass
@@ -49,7 +49,7 @@ class GPTConfig:
     xpos_scale_base: float = 512.0  # xpos: a score decays as zeta^(distance / xpos_scale_base)
     kerple_kernel: str = "log"  # kerple: log, -r1 log(1 + r2 d) | power, -r1 d^r2 (Chi et al. 2022)
     fire_width: int = 32  # fire: hidden units of the MLP that maps a normalised distance to each head's bias
-    cope_positions: int = 0  # cope: rows of each layer's position table, counts clamped below; 0: block_size + 1
+    cope_positions: int = 0  # cope: rows of each layer's position table, counts clamped below; 0: trained length + 1
     random_positions: int = 0  # training draws block_size sorted positions from 0..N-1 (Ruoss et al. 2023); 0: off
     gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
     # The pieces the speedruns use (modded-nanogpt, nanochat; docs/speedrun.md), each off by default: GPT-2's model.
@@ -485,6 +485,8 @@ class GPT(nn.Module):
         if cache is not None and cache.length > block_size:
             raise ValueError(f"block_size={block_size} is below the {cache.length} positions already cached (0.."
                              f"{cache.length - 1}); crop to at least {cache.length}, or reset the cache first")
+        for name, value in derived_settings(self.config).items():  # CoPE's table keeps its rows: they are recorded
+            setattr(self.config, name, value)
         self.config.block_size = block_size
         self.input_layer.crop(block_size)
 

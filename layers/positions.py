@@ -50,6 +50,13 @@ class PositionEncoding:
         """Raise ValueError for settings this encoding cannot work with."""
 
     @classmethod
+    def derived_settings(cls, config) -> dict[str, object]:
+        """The settings whose 0 stands for a length derived from the block_size, as that length: written out before
+        the block_size changes (extend.py, GPT.crop_block_size) and in a checkpoint, so that the model keeps its
+        shape and function whatever block_size it is given later."""
+        return {}
+
+    @classmethod
     def check_random_positions(cls, config) -> None:
         """random_positions is 0 (off) or a range of at least block_size, for an encoding it applies to."""
         if config.random_positions and not cls.randomizable:
@@ -382,7 +389,9 @@ class Fire(PositionEncoding):
     psi(x) = log(c x + 1), f an MLP 1 -> fire_width -> n_head with a ReLU; c and the threshold L are learned, and
     each layer has its own f, c and L. Dividing by psi(i) maps every query's distances into [0, 1], so a longer
     sequence reads f on the range it was trained on; L (block_size at first) keeps short prefixes from being
-    stretched. As the paper's listing: |c x|, L = |a| block_size with a learned from 1, psi(max(L, i)) + 1e-6."""
+    stretched. As the paper's listing: |c x|, L = |a| block_size with a learned from 1, psi(max(L, i)) + 1e-6; the
+    block_size is the one trained at (trained_length): extended by keep, the model is the same at every position it
+    was trained on, as the paper's L is (a longer sequence reads max(L, i) = i past L)."""
 
     settings = ("fire_width",)
     per_layer_bias = True
@@ -400,7 +409,7 @@ class Fire(PositionEncoding):
 
     def reset_parameters(self, held: nn.Module) -> None:
         nn.init.constant_(held.fire_c, FIRE_C_INIT)
-        nn.init.ones_(held.fire_threshold)  # L's multiplier of block_size
+        nn.init.ones_(held.fire_threshold)  # L's multiplier of the trained length
         for name, fan_in in (("fire_w1", 1), ("fire_b1", 1), ("fire_w2", self.config.fire_width),
                              ("fire_b2", self.config.fire_width)):  # as nn.Linear draws its weights and biases
             nn.init.uniform_(getattr(held, name), -fan_in ** -0.5, fan_in ** -0.5)
@@ -410,7 +419,7 @@ class Fire(PositionEncoding):
         if query_pos.dim() == 2:  # a row's normaliser psi(max(L, i)) reads its own positions
             return torch.stack([self.score_bias(held, q, k) for q, k in zip(query_pos, key_pos, strict=True)], 1)
         c = held.fire_c[:, None, None]
-        threshold = held.fire_threshold.abs()[:, None] * self.config.block_size  # (n_layer, 1)
+        threshold = held.fire_threshold.abs()[:, None] * trained_length(self.config)  # (n_layer, 1)
         distance = (query_pos[:, None] - key_pos[None, :]).clamp(min=0).float()
         norm = torch.log((c[:, :, 0] * torch.maximum(query_pos.float()[None, :], threshold)).abs() + 1) + 1e-6
         x = torch.log((c * distance).abs() + 1) / norm[:, :, None]  # (n_layer, T, K)
@@ -423,7 +432,8 @@ class Cope(PositionEncoding):
     """CoPE (Golovneva et al. 2024, section 3): a query counts the keys back to key j by gates g_it =
     sigmoid(q_i.k_t / sqrt(head_dim)), p_ij = sum_{t=j..i} g_it, and its score over key j is q_i.(k_j + e[p_ij]) /
     sqrt(head_dim), e interpolated between the integer positions around p_ij, p clamped to the table's last row
-    (cope_positions rows; 0: block_size + 1, every count training can make). Each layer has its own table e
+    (cope_positions rows; 0: the trained length + 1, every count training can make; derived_settings writes it out).
+    Each layer has its own table e
     (head_dim, positions), shared by its heads and zero at first, as the paper's code (facebookresearch/RAM,
     projects/cope). Attention needs the scores themselves: it is written out (cope_attention), not SDPA's fused
     kernels, and costs more per token (docs/input_layer.md)."""
@@ -435,9 +445,15 @@ class Cope(PositionEncoding):
         if config.cope_positions < 0:
             raise ValueError(f"cope_positions={config.cope_positions} must be >= 0 (0: block_size + 1)")
 
+    @classmethod
+    def derived_settings(cls, config) -> dict[str, object]:
+        # trained_length: a checkpoint extended by keep before cope_positions was written out holds 0, and its
+        # table the trained block_size + 1 rows
+        return {"cope_positions": config.cope_positions or trained_length(config) + 1}
+
     def new_parameters(self) -> dict[str, nn.Parameter]:
         c = self.config
-        positions = c.cope_positions or c.block_size + 1
+        positions = self.derived_settings(c)["cope_positions"]
         return {"cope_table": nn.Parameter(torch.empty(c.n_layer, c.n_embd // c.n_head, positions))}
 
     def reset_parameters(self, held: nn.Module) -> None:
@@ -510,6 +526,17 @@ def encoding_of(config) -> PositionEncoding:
     return ENCODINGS[config.pos_encoding](config)
 
 
+def derived_settings(config) -> dict[str, object]:
+    """config's settings whose 0 stands for a length derived from block_size, as that length (the encoding's
+    derived_settings); {} where it has none."""
+    return ENCODINGS[config.pos_encoding].derived_settings(config)
+
+
+def trained_length(config) -> int:
+    """The block_size the model was trained at: trained_block_size where its context grew, else block_size."""
+    return config.trained_block_size or config.block_size
+
+
 def scalings_of(pos_encoding: str) -> tuple[str, ...]:
     """The position_scaling values an encoding takes: none, and each of its extensions but keep."""
     return ("none", *(m for m in ENCODINGS[pos_encoding].extensions if m != "keep"))
@@ -577,7 +604,7 @@ def rope_frequencies(config) -> torch.Tensor:
     if config.position_scaling == "ntk":
         return (base * s ** (d / (d - 2))) ** -exponents
     if config.position_scaling == "yarn":
-        low, high = yarn_correction_range(d, base, config.trained_block_size or config.block_size)
+        low, high = yarn_correction_range(d, base, trained_length(config))
         ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / max(high - low, 0.001)).clamp(0, 1)
         return theta / s * ramp + theta * (1 - ramp)  # ramp 0: extrapolated (kept), 1: interpolated
     return theta
