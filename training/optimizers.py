@@ -34,6 +34,8 @@ class OptimizerSettings(typing.Protocol):
     beta2: float
     muon_learning_rate: float  # Muon's peak rate
     muon_momentum: float
+    decay_lr: bool  # the schedule's (schedule.py): with min_lr, the highest rate a step can take
+    min_lr: float
 
 
 def check_optimizer_settings(config: OptimizerSettings) -> None:
@@ -46,6 +48,24 @@ def check_optimizer_settings(config: OptimizerSettings) -> None:
     if not 0.0 <= config.muon_momentum < 1.0:
         raise ValueError(f"muon_momentum={config.muon_momentum} must be in [0, 1) (Muon's Nesterov momentum; "
                          "Keller Jordan's Muon: 0.95)")
+    check_decay_factor(config)
+
+
+def check_decay_factor(config: OptimizerSettings) -> None:
+    """Both parts decay a matrix as torch does, weights x (1 - rate x weight_decay) each step: at a factor <= 0 every
+    step flips the matrices' sign (or zeroes them), whatever the gradients say. Refused for the highest rate of the
+    schedule, of each part that decays (AdamW always, Muon with optimizer=muon)."""
+    top = max(config.learning_rate, config.min_lr) if config.decay_lr else config.learning_rate
+    rates = {"learning_rate": top}  # AdamW's
+    if config.optimizer == "muon":  # Muon's rate follows the schedule by the same factor (set_learning_rates)
+        rates["muon_learning_rate"] = config.muon_learning_rate * top / config.learning_rate
+    for name, rate in rates.items():
+        if rate * config.weight_decay >= 1:
+            part = "Muon" if name == "muon_learning_rate" else "AdamW"
+            raise ValueError(f"weight_decay={config.weight_decay:g} at {part}'s peak rate {rate:g} ({name}) makes the "
+                             f"decay factor 1 - rate x weight_decay = {1 - rate * config.weight_decay:g}, not > 0: "
+                             f"every step would flip or zero the matrices; give weight_decay < 1/{rate:g} = "
+                             f"{1 / rate:g} (nanoGPT: 0.1)")
 
 
 def check_optimizer_here(optimizer: str, sharded: bool) -> None:
