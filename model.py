@@ -22,6 +22,8 @@ from torch.utils.checkpoint import checkpoint
 from layers.kernels import attend, gelu_tanh, read_buffer
 from layers.positions import Turns, cope_attention, derived_settings, encoding_of, random_positions, rotate
 
+LOGIT_SOFTCAP_MIN = 1.0  # the smallest logit_softcap taken (see its field)
+
 
 @dataclass
 class GPTConfig:
@@ -56,7 +58,9 @@ class GPTConfig:
     mlp_activation: str = "gelu"  # gelu (in the form `gelu` says) | relu2: relu(x)^2 (So et al. 2021's Primer)
     qk_norm: bool = False  # RMS-normalise each head's queries and keys (no gain) before the position turns them
     zero_init_proj: bool = False  # the blocks' output projections (attention's and the MLP's c_proj) start at zero
-    logit_softcap: float = 0.0  # logits become c * tanh(logits / c) (Gemma 2, nanochat: 15); 0: off
+    # A cap c holds every logit in (-c, c): no token can be more than e^(2c) times as likely as another. Below
+    # LOGIT_SOFTCAP_MIN (e^2 = 7.4 times) no model can predict and the loss stays near ln(vocab_size): refused.
+    logit_softcap: float = 0.0  # logits become c * tanh(logits / c) (Gemma 2, nanochat: 15); 0: off; else c >= 1
     tie_head: bool = True  # the output head is the token table (GPT-2); False: a head of its own, drawn N(0, 0.02^2)
     # Longer context than trained (docs/context_extension.md): train.py --extend_positions sets these three, or set
     # them by hand to scale rope at inference. Checkpoints written before them load with the defaults: no scaling.
@@ -83,8 +87,11 @@ class GPTConfig:
             raise ValueError(f"gelu={self.gelu!r} must be tanh or erf")
         if self.mlp_activation not in ("gelu", "relu2"):
             raise ValueError(f"mlp_activation={self.mlp_activation!r} must be gelu or relu2")
-        if not 0 <= self.logit_softcap < math.inf:  # also catches NaN
-            raise ValueError(f"logit_softcap={self.logit_softcap} must be a finite number >= 0 (0: off; nanochat: 15)")
+        if not (self.logit_softcap == 0 or LOGIT_SOFTCAP_MIN <= self.logit_softcap < math.inf):  # also catches NaN
+            raise ValueError(f"logit_softcap={self.logit_softcap} must be 0 (off) or a finite cap >= "
+                             f"{LOGIT_SOFTCAP_MIN:g} (nanochat: 15): every logit lies in (-cap, cap), so below "
+                             f"{LOGIT_SOFTCAP_MIN:g} no token can be e^2 = 7.4 times as likely as another and the loss "
+                             "stays near ln(vocab_size)")
         if not self.learned_init_std >= 0:
             raise ValueError(f"learned_init_std={self.learned_init_std} must be >= 0")
 
