@@ -282,6 +282,14 @@ class XPos(Rope):
         for name in ("xpos_gamma", "xpos_scale_base"):
             if not 0 < getattr(config, name) < math.inf:
                 raise ValueError(f"{name}={getattr(config, name)} must be a finite number > 0")
+        trained = max(config.block_size, config.random_positions)  # the positions training places
+        if xpos_max_length(config) < trained:  # was the first evaluation's traceback
+            ratio = math.log((1 + config.xpos_gamma) / config.xpos_gamma) / (32 * math.log(2))
+            raise ValueError(f"xpos_scale_base={config.xpos_scale_base:g} lets xPos place {xpos_max_length(config)} "
+                             f"positions (max_length: past it the keys' scale passes 2^32, xpos_gamma="
+                             f"{config.xpos_gamma:g}), fewer than "
+                             f"{'random_positions' if config.random_positions else 'block_size'}={trained}; give "
+                             f"xpos_scale_base >= {math.ceil(trained * ratio)} (the paper's: 512)")
 
     def new_buffers(self) -> dict[str, torch.Tensor]:
         head_dim, gamma = self.config.n_embd // self.config.n_head, self.config.xpos_gamma
@@ -289,8 +297,7 @@ class XPos(Rope):
         return {"rope_inv_freq": rope_frequencies(self.config).float(), "xpos_log_zeta": zeta.log().float()}
 
     def max_length(self) -> int:
-        gamma = self.config.xpos_gamma  # the smallest zeta, gamma / (1 + gamma), grows fastest in 1/zeta^n
-        return math.floor(32 * math.log(2) * self.config.xpos_scale_base / math.log((1 + gamma) / gamma))
+        return xpos_max_length(self.config)
 
     def check_length(self, seq_len: int, past_length: int) -> None:
         if past_length + seq_len > self.max_length():
@@ -303,6 +310,13 @@ class XPos(Rope):
         scale = (positions.float()[..., None] / self.config.xpos_scale_base * held.xpos_log_zeta).exp()
         scale = torch.cat((scale, scale), dim=-1)
         return (cos * scale, sin * scale), (cos / scale, sin / scale)
+
+
+def xpos_max_length(config) -> int:
+    """The positions xPos places, 0 .. max_length-1: there the keys' scale 1/zeta^(n / xpos_scale_base) of the
+    smallest zeta, gamma / (1 + gamma) (the one that grows fastest), passes 2^32."""
+    gamma = config.xpos_gamma
+    return math.floor(32 * math.log(2) * config.xpos_scale_base / math.log((1 + gamma) / gamma))
 
 
 class Alibi(PositionEncoding):
