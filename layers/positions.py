@@ -26,6 +26,9 @@ YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
 KERPLE_TOPS = {"log": (2.0, 1.0), "power": (1.0, 2.0)}
 KERPLE_EPS = 1e-2
 FIRE_C_INIT = 0.1  # FIRE's c in psi(x) = log(c x + 1) at initialisation (the paper's listing)
+# random_positions' largest range: float32 (rope's and sinusoidal's angles) holds whole numbers exactly up to 2^24,
+# and each training step draws a permutation of the whole range (random_positions): at most 128 MiB of int64 here.
+RANDOM_POSITIONS_MAX = 2**24
 
 
 class PositionEncoding:
@@ -63,6 +66,12 @@ class PositionEncoding:
             raise ValueError(f"random_positions={config.random_positions} does not apply to pos_encoding="
                              f"{config.pos_encoding!r} (it takes learned, sinusoidal and the rotary encodings); "
                              "give random_positions=0")
+        if config.random_positions > RANDOM_POSITIONS_MAX:  # was an allocator's traceback at the first step
+            raise ValueError(f"random_positions={config.random_positions} is past 2**24 = {RANDOM_POSITIONS_MAX:,}: "
+                             "rope's and sinusoidal's angles take positions as float32, exact only up to there, and "
+                             "each step draws a permutation of the whole range ("
+                             f"{8 * config.random_positions / 1e9:,.1f} GB of int64); give random_positions <= "
+                             f"{RANDOM_POSITIONS_MAX}")
         if config.random_positions and config.random_positions < config.block_size:
             raise ValueError(f"random_positions={config.random_positions} must be at least block_size="
                              f"{config.block_size}: training draws block_size distinct positions from "
@@ -535,8 +544,8 @@ def encoding_of(config) -> PositionEncoding:
     if config.pos_encoding not in ENCODINGS:
         raise ValueError(f"pos_encoding={config.pos_encoding!r} is not one of {', '.join(POS_ENCODINGS)}")
     check_position_scaling(config)
+    ENCODINGS[config.pos_encoding].check_random_positions(config)  # first: check_config may read the range
     ENCODINGS[config.pos_encoding].check_config(config)
-    ENCODINGS[config.pos_encoding].check_random_positions(config)
     return ENCODINGS[config.pos_encoding](config)
 
 
