@@ -21,9 +21,11 @@ from torch.utils.checkpoint import checkpoint
 
 from layers.bigram import BigramEmbedding
 from layers.kernels import attend, gelu_tanh, read_buffer
-from layers.positions import Turns, cope_attention, encoding_of, random_positions, rotate
+from layers.positions import Turns, cope_attention, derived_settings, encoding_of, random_positions, rotate
 from layers.smear import Smear
 from layers.value_embeddings import ValueEmbeddings
+
+LOGIT_SOFTCAP_MIN = 1.0  # the smallest logit_softcap taken (see its field)
 
 
 @dataclass
@@ -52,14 +54,16 @@ class GPTConfig:
     xpos_scale_base: float = 512.0  # xpos: a score decays as zeta^(distance / xpos_scale_base)
     kerple_kernel: str = "log"  # kerple: log, -r1 log(1 + r2 d) | power, -r1 d^r2 (Chi et al. 2022)
     fire_width: int = 32  # fire: hidden units of the MLP that maps a normalised distance to each head's bias
-    cope_positions: int = 0  # cope: rows of each layer's position table, counts clamped below; 0: block_size + 1
+    cope_positions: int = 0  # cope: rows of each layer's position table, counts clamped below; 0: trained length + 1
     random_positions: int = 0  # training draws block_size sorted positions from 0..N-1 (Ruoss et al. 2023); 0: off
     gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
     # The pieces the speedruns use (modded-nanogpt, nanochat; docs/speedrun.md), each off by default: GPT-2's model.
     mlp_activation: str = "gelu"  # gelu (in the form `gelu` says) | relu2: relu(x)^2 (So et al. 2021's Primer)
     qk_norm: bool = False  # RMS-normalise each head's queries and keys (no gain) before the position turns them
     zero_init_proj: bool = False  # the blocks' output projections (attention's and the MLP's c_proj) start at zero
-    logit_softcap: float = 0.0  # logits become c * tanh(logits / c) (Gemma 2, nanochat: 15); 0: off
+    # A cap c holds every logit in (-c, c): no token can be more than e^(2c) times as likely as another. Below
+    # LOGIT_SOFTCAP_MIN (e^2 = 7.4 times) no model can predict and the loss stays near ln(vocab_size): refused.
+    logit_softcap: float = 0.0  # logits become c * tanh(logits / c) (Gemma 2, nanochat: 15); 0: off; else c >= 1
     tie_head: bool = True  # the output head is the token table (GPT-2); False: a head of its own, drawn N(0, 0.02^2)
     # The speedruns' later pieces (modded-nanogpt's records, docs/training.md), each off by default; checkpoints and
     # study records made before them lack them: they load, and match, at these defaults.
@@ -94,8 +98,11 @@ class GPTConfig:
             raise ValueError(f"gelu={self.gelu!r} must be tanh or erf")
         if self.mlp_activation not in ("gelu", "relu2"):
             raise ValueError(f"mlp_activation={self.mlp_activation!r} must be gelu or relu2")
-        if not 0 <= self.logit_softcap < math.inf:  # also catches NaN
-            raise ValueError(f"logit_softcap={self.logit_softcap} must be a finite number >= 0 (0: off; nanochat: 15)")
+        if not (self.logit_softcap == 0 or LOGIT_SOFTCAP_MIN <= self.logit_softcap < math.inf):  # also catches NaN
+            raise ValueError(f"logit_softcap={self.logit_softcap} must be 0 (off) or a finite cap >= "
+                             f"{LOGIT_SOFTCAP_MIN:g} (nanochat: 15): every logit lies in (-cap, cap), so below "
+                             f"{LOGIT_SOFTCAP_MIN:g} no token can be e^2 = 7.4 times as likely as another and the loss "
+                             "stays near ln(vocab_size)")
         if not self.learned_init_std >= 0:
             raise ValueError(f"learned_init_std={self.learned_init_std} must be >= 0")
         if self.zero_init_head and self.tie_head:
@@ -602,6 +609,8 @@ class GPT(nn.Module):
         if cache is not None and cache.length > block_size:
             raise ValueError(f"block_size={block_size} is below the {cache.length} positions already cached (0.."
                              f"{cache.length - 1}); crop to at least {cache.length}, or reset the cache first")
+        for name, value in derived_settings(self.config).items():  # CoPE's table keeps its rows: they are recorded
+            setattr(self.config, name, value)
         self.config.block_size = block_size
         self.input_layer.crop(block_size)
 

@@ -188,7 +188,9 @@ def _parse(path: str) -> ast.Module:
     if not file.is_file():
         raise OptionError(f"config file {path!r} does not exist" + (" (it is a folder)" if file.is_dir() else ""))
     try:
-        return ast.parse(file.read_text(encoding="utf-8"), filename=path)
+        # utf-8-sig: a byte-order mark (Windows editors write one) is dropped; ast.parse refused it ("invalid
+        # non-printable character U+FEFF") once the text was decoded
+        return ast.parse(file.read_text(encoding="utf-8-sig"), filename=path)
     except SyntaxError as e:
         raise OptionError(f"{path}:{e.lineno}: {e.msg}") from None
     except UnicodeDecodeError as e:

@@ -102,7 +102,7 @@ class TrainConfig:
     head_learning_rate: float = 0.0  # tie_head=False: the head's own AdamW peak rate, scheduled alike; 0: learning_rate
     max_iters: int = 5000  # optimizer steps in all
     max_seconds: float = 0.0  # also stop after this much training time (evaluation excluded); 0: no limit
-    weight_decay: float = 0.1  # matrices only, AdamW's and Muon's: a step multiplies them by 1 - their rate x this
+    weight_decay: float = 0.1  # matrices only, AdamW's and Muon's: a step multiplies them by 1 - their rate x this > 0
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.95  # AdamW beta2
     optimizer: str = "adamw"  # adamw | muon (Muon for the blocks' matrices, AdamW for the rest: optimizers.py)
@@ -401,7 +401,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         run.has_checkpoint = True
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         run.iter_num, run.best_val_loss = continue_training(model, optimizer, resumed,
-                                                            init_checkpoint(config.init_from))
+                                                            init_checkpoint(config.init_from), config.optimizer)
         if run.iter_num >= config.max_iters:
             raise UserError(f"init_from={config.init_from!r} continues its run from step {run.iter_num}, which "
                             f"max_iters={config.max_iters} does not pass: no step would train; give a larger "

@@ -11,7 +11,7 @@ them in its model_args, so resuming and sampling rebuild the extended model with
 from dataclasses import fields, replace
 
 from errors import UserError
-from layers.positions import ENCODINGS
+from layers.positions import ENCODINGS, derived_settings, trained_length
 from model import GPT, GPTConfig
 
 METHODS = ("interpolate", "copy", "ntk", "yarn", "keep")  # every encoding's extensions together (positions.py)
@@ -35,10 +35,11 @@ def extended_config(config: GPTConfig, block_size: int, method: str) -> GPTConfi
     if config.position_scaling not in ("none", scaling):
         raise ValueError(f"the model's context already grew by position_scaling={config.position_scaling!r}; grow "
                          f"it again by the same method, extend_positions={config.position_scaling}")
-    # The factor compounds, and trained_block_size stays the length the weights first learned positions at.
+    # The factor compounds, and trained_block_size stays the length the weights first learned positions at; a
+    # setting derived from block_size (CoPE's rows) is written out first: it keeps the trained model's value.
     scale = config.position_scale * block_size / config.block_size if scaling != "none" else 1.0
-    return replace(config, block_size=block_size, position_scaling=scaling, position_scale=scale,
-                   trained_block_size=config.trained_block_size or config.block_size)
+    return replace(config, **derived_settings(config), block_size=block_size, position_scaling=scaling,
+                   position_scale=scale, trained_block_size=trained_length(config))
 
 
 def extend_model(model: GPT, block_size: int, method: str) -> None:

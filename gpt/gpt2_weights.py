@@ -44,10 +44,11 @@ def export_hf(model: GPT, directory: str | os.PathLike) -> None:
     if model.config.pos_encoding != "learned":
         raise ValueError(f"GPT-2 in transformers has a learned position table; this model has "
                          f"pos_encoding={model.config.pos_encoding!r}: only 'learned' models can be exported")
-    other = [f"{name}={value!r}" for name, value in GPT2_ARCHITECTURE.items() if getattr(model.config, name) != value]
-    if other or model.config.random_positions:
-        raise ValueError(f"this model is not GPT-2's architecture ({', '.join(other) or 'random_positions'}), which "
-                         "transformers' GPT2LMHeadModel is: only a model with every such option off can be exported")
+    other = [f"{name}={getattr(model.config, name)!r} (GPT-2's: {value!r})" for name, value in
+             (*GPT2_ARCHITECTURE.items(), ("random_positions", 0)) if getattr(model.config, name) != value]
+    if other:  # the model's own values: the message printed GPT-2's before, tie_head=True for an untied model
+        raise ValueError(f"this model is not GPT-2's architecture, which transformers' GPT2LMHeadModel is: "
+                         f"{', '.join(other)}; only a model with every such option off can be exported")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     c = model.config

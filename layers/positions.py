@@ -26,6 +26,9 @@ YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
 KERPLE_TOPS = {"log": (2.0, 1.0), "power": (1.0, 2.0)}
 KERPLE_EPS = 1e-2
 FIRE_C_INIT = 0.1  # FIRE's c in psi(x) = log(c x + 1) at initialisation (the paper's listing)
+# random_positions' largest range: float32 (rope's and sinusoidal's angles) holds whole numbers exactly up to 2^24,
+# and each training step draws a permutation of the whole range (random_positions): at most 128 MiB of int64 here.
+RANDOM_POSITIONS_MAX = 2**24
 
 
 class PositionEncoding:
@@ -50,12 +53,25 @@ class PositionEncoding:
         """Raise ValueError for settings this encoding cannot work with."""
 
     @classmethod
+    def derived_settings(cls, config) -> dict[str, object]:
+        """The settings whose 0 stands for a length derived from the block_size, as that length: written out before
+        the block_size changes (extend.py, GPT.crop_block_size) and in a checkpoint, so that the model keeps its
+        shape and function whatever block_size it is given later."""
+        return {}
+
+    @classmethod
     def check_random_positions(cls, config) -> None:
         """random_positions is 0 (off) or a range of at least block_size, for an encoding it applies to."""
         if config.random_positions and not cls.randomizable:
             raise ValueError(f"random_positions={config.random_positions} does not apply to pos_encoding="
                              f"{config.pos_encoding!r} (it takes learned, sinusoidal and the rotary encodings); "
                              "give random_positions=0")
+        if config.random_positions > RANDOM_POSITIONS_MAX:  # was an allocator's traceback at the first step
+            raise ValueError(f"random_positions={config.random_positions} is past 2**24 = {RANDOM_POSITIONS_MAX:,}: "
+                             "rope's and sinusoidal's angles take positions as float32, exact only up to there, and "
+                             "each step draws a permutation of the whole range ("
+                             f"{8 * config.random_positions / 1e9:,.1f} GB of int64); give random_positions <= "
+                             f"{RANDOM_POSITIONS_MAX}")
         if config.random_positions and config.random_positions < config.block_size:
             raise ValueError(f"random_positions={config.random_positions} must be at least block_size="
                              f"{config.block_size}: training draws block_size distinct positions from "
@@ -275,6 +291,14 @@ class XPos(Rope):
         for name in ("xpos_gamma", "xpos_scale_base"):
             if not 0 < getattr(config, name) < math.inf:
                 raise ValueError(f"{name}={getattr(config, name)} must be a finite number > 0")
+        trained = max(config.block_size, config.random_positions)  # the positions training places
+        if xpos_max_length(config) < trained:  # was the first evaluation's traceback
+            ratio = math.log((1 + config.xpos_gamma) / config.xpos_gamma) / (32 * math.log(2))
+            raise ValueError(f"xpos_scale_base={config.xpos_scale_base:g} lets xPos place {xpos_max_length(config)} "
+                             f"positions (max_length: past it the keys' scale passes 2^32, xpos_gamma="
+                             f"{config.xpos_gamma:g}), fewer than "
+                             f"{'random_positions' if config.random_positions else 'block_size'}={trained}; give "
+                             f"xpos_scale_base >= {math.ceil(trained * ratio)} (the paper's: 512)")
 
     def new_buffers(self) -> dict[str, torch.Tensor]:
         head_dim, gamma = self.config.n_embd // self.config.n_head, self.config.xpos_gamma
@@ -282,8 +306,7 @@ class XPos(Rope):
         return {"rope_inv_freq": rope_frequencies(self.config).float(), "xpos_log_zeta": zeta.log().float()}
 
     def max_length(self) -> int:
-        gamma = self.config.xpos_gamma  # the smallest zeta, gamma / (1 + gamma), grows fastest in 1/zeta^n
-        return math.floor(32 * math.log(2) * self.config.xpos_scale_base / math.log((1 + gamma) / gamma))
+        return xpos_max_length(self.config)
 
     def check_length(self, seq_len: int, past_length: int) -> None:
         if past_length + seq_len > self.max_length():
@@ -296,6 +319,13 @@ class XPos(Rope):
         scale = (positions.float()[..., None] / self.config.xpos_scale_base * held.xpos_log_zeta).exp()
         scale = torch.cat((scale, scale), dim=-1)
         return (cos * scale, sin * scale), (cos / scale, sin / scale)
+
+
+def xpos_max_length(config) -> int:
+    """The positions xPos places, 0 .. max_length-1: there the keys' scale 1/zeta^(n / xpos_scale_base) of the
+    smallest zeta, gamma / (1 + gamma) (the one that grows fastest), passes 2^32."""
+    gamma = config.xpos_gamma
+    return math.floor(32 * math.log(2) * config.xpos_scale_base / math.log((1 + gamma) / gamma))
 
 
 class Alibi(PositionEncoding):
@@ -382,7 +412,9 @@ class Fire(PositionEncoding):
     psi(x) = log(c x + 1), f an MLP 1 -> fire_width -> n_head with a ReLU; c and the threshold L are learned, and
     each layer has its own f, c and L. Dividing by psi(i) maps every query's distances into [0, 1], so a longer
     sequence reads f on the range it was trained on; L (block_size at first) keeps short prefixes from being
-    stretched. As the paper's listing: |c x|, L = |a| block_size with a learned from 1, psi(max(L, i)) + 1e-6."""
+    stretched. As the paper's listing: |c x|, L = |a| block_size with a learned from 1, psi(max(L, i)) + 1e-6; the
+    block_size is the one trained at (trained_length): extended by keep, the model is the same at every position it
+    was trained on, as the paper's L is (a longer sequence reads max(L, i) = i past L)."""
 
     settings = ("fire_width",)
     per_layer_bias = True
@@ -400,7 +432,7 @@ class Fire(PositionEncoding):
 
     def reset_parameters(self, held: nn.Module) -> None:
         nn.init.constant_(held.fire_c, FIRE_C_INIT)
-        nn.init.ones_(held.fire_threshold)  # L's multiplier of block_size
+        nn.init.ones_(held.fire_threshold)  # L's multiplier of the trained length
         for name, fan_in in (("fire_w1", 1), ("fire_b1", 1), ("fire_w2", self.config.fire_width),
                              ("fire_b2", self.config.fire_width)):  # as nn.Linear draws its weights and biases
             nn.init.uniform_(getattr(held, name), -fan_in ** -0.5, fan_in ** -0.5)
@@ -410,7 +442,7 @@ class Fire(PositionEncoding):
         if query_pos.dim() == 2:  # a row's normaliser psi(max(L, i)) reads its own positions
             return torch.stack([self.score_bias(held, q, k) for q, k in zip(query_pos, key_pos, strict=True)], 1)
         c = held.fire_c[:, None, None]
-        threshold = held.fire_threshold.abs()[:, None] * self.config.block_size  # (n_layer, 1)
+        threshold = held.fire_threshold.abs()[:, None] * trained_length(self.config)  # (n_layer, 1)
         distance = (query_pos[:, None] - key_pos[None, :]).clamp(min=0).float()
         norm = torch.log((c[:, :, 0] * torch.maximum(query_pos.float()[None, :], threshold)).abs() + 1) + 1e-6
         x = torch.log((c * distance).abs() + 1) / norm[:, :, None]  # (n_layer, T, K)
@@ -423,7 +455,8 @@ class Cope(PositionEncoding):
     """CoPE (Golovneva et al. 2024, section 3): a query counts the keys back to key j by gates g_it =
     sigmoid(q_i.k_t / sqrt(head_dim)), p_ij = sum_{t=j..i} g_it, and its score over key j is q_i.(k_j + e[p_ij]) /
     sqrt(head_dim), e interpolated between the integer positions around p_ij, p clamped to the table's last row
-    (cope_positions rows; 0: block_size + 1, every count training can make). Each layer has its own table e
+    (cope_positions rows; 0: the trained length + 1, every count training can make; derived_settings writes it out).
+    Each layer has its own table e
     (head_dim, positions), shared by its heads and zero at first, as the paper's code (facebookresearch/RAM,
     projects/cope). Attention needs the scores themselves: it is written out (cope_attention), not SDPA's fused
     kernels, and costs more per token (docs/input_layer.md)."""
@@ -435,9 +468,15 @@ class Cope(PositionEncoding):
         if config.cope_positions < 0:
             raise ValueError(f"cope_positions={config.cope_positions} must be >= 0 (0: block_size + 1)")
 
+    @classmethod
+    def derived_settings(cls, config) -> dict[str, object]:
+        # trained_length: a checkpoint extended by keep before cope_positions was written out holds 0, and its
+        # table the trained block_size + 1 rows
+        return {"cope_positions": config.cope_positions or trained_length(config) + 1}
+
     def new_parameters(self) -> dict[str, nn.Parameter]:
         c = self.config
-        positions = c.cope_positions or c.block_size + 1
+        positions = self.derived_settings(c)["cope_positions"]
         return {"cope_table": nn.Parameter(torch.empty(c.n_layer, c.n_embd // c.n_head, positions))}
 
     def reset_parameters(self, held: nn.Module) -> None:
@@ -505,9 +544,20 @@ def encoding_of(config) -> PositionEncoding:
     if config.pos_encoding not in ENCODINGS:
         raise ValueError(f"pos_encoding={config.pos_encoding!r} is not one of {', '.join(POS_ENCODINGS)}")
     check_position_scaling(config)
+    ENCODINGS[config.pos_encoding].check_random_positions(config)  # first: check_config may read the range
     ENCODINGS[config.pos_encoding].check_config(config)
-    ENCODINGS[config.pos_encoding].check_random_positions(config)
     return ENCODINGS[config.pos_encoding](config)
+
+
+def derived_settings(config) -> dict[str, object]:
+    """config's settings whose 0 stands for a length derived from block_size, as that length (the encoding's
+    derived_settings); {} where it has none."""
+    return ENCODINGS[config.pos_encoding].derived_settings(config)
+
+
+def trained_length(config) -> int:
+    """The block_size the model was trained at: trained_block_size where its context grew, else block_size."""
+    return config.trained_block_size or config.block_size
 
 
 def scalings_of(pos_encoding: str) -> tuple[str, ...]:
@@ -577,7 +627,7 @@ def rope_frequencies(config) -> torch.Tensor:
     if config.position_scaling == "ntk":
         return (base * s ** (d / (d - 2))) ** -exponents
     if config.position_scaling == "yarn":
-        low, high = yarn_correction_range(d, base, config.trained_block_size or config.block_size)
+        low, high = yarn_correction_range(d, base, trained_length(config))
         ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / max(high - low, 0.001)).clamp(0, 1)
         return theta / s * ramp + theta * (1 - ramp)  # ramp 0: extrapolated (kept), 1: interpolated
     return theta

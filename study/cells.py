@@ -151,6 +151,7 @@ def configured_cells(cells: list[dict], train_config: TrainConfig, model_config:
             raise OptionError(f"cell {cell_name(cell)!r}: {e}") from None
         unused = unused_settings(configured[-1].train_config, configured[-1].model_config, cell)
         if unused:  # a grid over t5_num_buckets without t5 in its cells trained learned models labelled as t5's
-            raise OptionError(f"cell {cell_name(cell)!r}: {'; '.join(unused)}: it would do nothing; name the encoding "
-                              "in the cell (a --grid's cells take --pos_encoding, not --variants) or drop the setting")
+            grid = " (a --grid's cells take --pos_encoding, not --variants)" if "pos_encoding=" in str(unused) else ""
+            raise OptionError(f"cell {cell_name(cell)!r}: {'; '.join(unused)}: it would do nothing; give the cell what "
+                              f"it is a setting of too{grid}, or drop the setting")
     return configured

@@ -221,10 +221,15 @@ def test_plan_applies_each_cell_and_goes_seed_by_seed(tmp_path):
 
 @pytest.mark.parametrize("variants, grid, message", [
     (["t5"], "t5_num_buckets=4,8", r"cell 't5_num_buckets=4': t5_num_buckets is a setting of pos_encoding=t5, and "
-                                   r"this run's is learned: it would do nothing; name the encoding in the cell"),
+                                   r"this run's is learned: it would do nothing; give the cell what it is a setting "
+                                   r"of too \(a --grid's cells take --pos_encoding"),
     (["learned rope_base=5"], "", r"cell 'learned rope_base=5.0': rope_base is a setting of pos_encoding=rope"),
     (["rope wsd_decay_shape=linear"], "", r"wsd_decay_shape is a setting of lr_schedule=wsd, and this run's "
                                           r"schedule is cosine"),
+    # was told to "name the encoding in the cell": a Muon setting in an AdamW cell wants optimizer=muon
+    (["rope muon_learning_rate=0.01"], "", r"^cell 'rope muon_learning_rate=0.01': muon_learning_rate is a setting of "
+                                           r"optimizer=muon, and this run's optimizer is adamw: it would do nothing; "
+                                           r"give the cell what it is a setting of too, or drop the setting$"),
 ])
 def test_a_cell_setting_that_does_nothing_is_refused_before_training(tmp_path, variants, grid, message):
     """Was: --variants=t5 --grid='t5_num_buckets=4,8' trained two learned-position models labelled as t5's."""

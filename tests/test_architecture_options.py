@@ -2,6 +2,7 @@
 each against a computation written here from its definition, with torch's own F.rms_norm and NumPy as references;
 off, the model is GPT-2's (the HF parity tests in test_gpt2_weights.py hold it)."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -133,10 +134,23 @@ def test_training_with_every_option_resumes_as_one_run(tmp_path, char_data):
 
 
 def test_a_model_with_an_option_is_not_exported_as_gpt2(tmp_path):
-    for name, value in (("mlp_activation", "relu2"), ("qk_norm", True), ("logit_softcap", 3.0), ("tie_head", False)):
-        with pytest.raises(ValueError, match=f"not GPT-2's architecture \\({name}="):
+    """The message names the model's value and GPT-2's: it printed GPT-2's alone, tie_head=True for an untied one."""
+    for name, value, gpt2 in (("mlp_activation", "relu2", "gelu"), ("qk_norm", True, False),
+                              ("logit_softcap", 3.0, 0.0), ("tie_head", False, True), ("random_positions", 32, 0)):
+        with pytest.raises(ValueError, match=re.escape(f"not GPT-2's architecture, which transformers' "
+                                                       f"GPT2LMHeadModel is: {name}={value!r} (GPT-2's: {gpt2!r});")):
             export_hf(tiny_model("learned", **{name: value}), tmp_path / name)
     export_hf(tiny_model("learned", zero_init_proj=True), tmp_path / "zero")  # only its start differs
+
+
+@pytest.mark.parametrize("cap", [1e-30, 0.5, 0.999, -1.0, float("nan"), float("inf")])
+def test_a_cap_below_1_is_refused(cap):
+    """1e-30 squashed every logit to ~0: the loss sat at ln(vocab_size) for the whole run. A cap c holds the logits
+    in (-c, c), so the likeliest token is at most e^(2c) times as likely as any other."""
+    with pytest.raises(ValueError, match=re.escape(f"logit_softcap={cap} must be 0 (off) or a finite cap >= 1 "
+                                                   "(nanochat: 15): every logit lies in (-cap, cap)")):
+        tiny_config("learned", logit_softcap=cap)
+    assert tiny_config("learned", logit_softcap=1.0).logit_softcap == 1.0
 
 
 def test_gelu_under_relu2_would_do_nothing():

@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import BLOCK, assert_same_state, max_abs, random_ids, run, tiny_model
+from helpers import BLOCK, assert_same_state, cli, flags, max_abs, random_ids, run, tiny_model
 
+import sample as sample_module
+import score as score_module
 import train as train_module
 from errors import OptionError, main_guard
 from gpt.extend import extend_model, extended_config
@@ -183,6 +185,18 @@ def test_extended_cached_decoding_equals_uncached_past_the_old_block(pos_encodin
         assert max_abs(plain(idx)[0][:, 1:], full[:, 1:]) > 1e-3
 
 
+@pytest.mark.parametrize("pos_encoding", [e for e in P.POS_ENCODINGS if "keep" in P.ENCODINGS[e].extensions])
+@torch.no_grad()
+def test_keep_keeps_the_logits_at_the_trained_positions(pos_encoding):
+    """keep is the trained model: the same logits, bit for bit, at the positions it was trained on. FIRE's
+    normaliser read block_size, the new one after the extension (logits 0.08 apart here)."""
+    model = tiny_model(pos_encoding)
+    idx = random_ids(2, BLOCK, seed=1)
+    before = model(idx)[0]
+    extend_model(model, 4 * BLOCK, "keep")
+    assert torch.equal(model(idx)[0], before)
+
+
 # ---------------------------------------------------------------------------------------------------- bad input
 
 
@@ -270,6 +284,45 @@ def test_checkpoints_without_the_extension_settings_load_unscaled(bases):
         "none", 1.0, 0)
     idx = random_ids(1, 16, vocab=model.config.vocab_size)
     assert torch.equal(model(idx)[0], model_from_checkpoint(state)(idx)[0])
+
+
+def test_an_extended_cope_run_resumes_samples_and_scores(tmp_path, char_data, corpus_text, capsys):
+    """cope_positions=0 (block_size + 1 rows) was saved as 0 and read back as the grown block_size + 1: the
+    extended run (and a cropped one) exited 0, and then resume, sample.py and score.py refused its checkpoint."""
+    base, extended, cropped = tmp_path / "base", tmp_path / "extended", tmp_path / "cropped"
+    assert cli(train_module.main, flags(base, char_data, pos_encoding="cope"), capsys)[0] == 0
+    assert cli(train_module.main, flags(extended, char_data, init_from=base, block_size=32, extend_positions="keep"),
+               capsys)[0] == 0
+    assert load_checkpoint(extended / "ckpt.pt")["model_args"]["cope_positions"] == 17  # stored resolved
+    assert cli(train_module.main, flags(extended, char_data, init_from="resume", block_size=32, max_iters=6,
+                                        lr_decay_iters=6), capsys)[0] == 0
+    assert load_checkpoint(extended / "ckpt.pt")["iter_num"] == 6
+    assert cli(train_module.main, flags(cropped, char_data, init_from=base, block_size=8, finetune=True),
+               capsys)[0] == 0
+    text = tmp_path / "text.txt"
+    text.write_text(corpus_text[:2000], encoding="utf-8")
+    for run_dir, block_size in ((extended, 32), (cropped, 8)):
+        code, out, err = cli(sample_module.main, [f"--out_dir={run_dir}", "--device=cpu", "--num_samples=1",
+                                                  "--max_new_tokens=40", "--start=The"], capsys)
+        assert code == 0, err
+        code, out, err = cli(score_module.main, [f"--out_dir={run_dir}", f"--input={text}", "--device=cpu",
+                                                 "--progress=False"], capsys)
+        assert code == 0, err
+        model, _ = read_checkpoint(run_dir / "ckpt.pt")
+        assert (model.config.block_size, model.input_layer.cope_table.size(-1)) == (block_size, 17)
+
+
+def test_a_cope_checkpoint_extended_before_the_rows_were_stored_loads():
+    """The extension of the code before: cope_positions 0, block_size 32, trained_block_size 16, a table of 17
+    rows (the trained block_size + 1): it loads, the same model as with its rows written out."""
+    model = tiny_model("cope")
+    extend_model(model, 2 * BLOCK, "keep")
+    args = dataclasses.asdict(model.config)
+    assert args["cope_positions"] == BLOCK + 1
+    old = model_from_checkpoint({"model_args": {**args, "cope_positions": 0}, "model": model.state_dict(),
+                                 "tokenizer": {"vocab_size": model.config.vocab_size}})
+    idx = random_ids(1, 2 * BLOCK)
+    assert torch.equal(old.eval()(idx)[0], model(idx)[0])
 
 
 def command_line_error(capsys, argv: list[str]) -> str:

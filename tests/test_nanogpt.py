@@ -163,7 +163,7 @@ def test_continuing_maps_each_moment_to_its_parameter(tmp_path):
     write_meta(tmp_path / "data" / "shakespeare_char")
     model, state = read_checkpoint(ckpt)
     optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
-    iter_num, best_val_loss = continue_training(model, optimizer, state, ckpt)
+    iter_num, best_val_loss = continue_training(model, optimizer, state, ckpt, "adamw")
     names = [k for k in nanogpt_weights(2, 16, len(CHARS), 32, True) if k != "lm_head.weight"]
     ours = {id(p): name for name, p in model.named_parameters()}
     tables = {"input_layer.wte": "transformer.wte.weight", "input_layer.wpe": "transformer.wpe.weight"}
@@ -182,7 +182,7 @@ def test_continuing_with_other_shapes_trains_the_weights_from_step_0(tmp_path, c
     model, state = read_checkpoint(ckpt)
     model.crop_block_size(16)
     optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
-    assert continue_training(model, optimizer, state, ckpt) == (0, math.inf) and not optimizer.state
+    assert continue_training(model, optimizer, state, ckpt, "adamw") == (0, math.inf) and not optimizer.state
     assert "does not fit this model; training its weights from step 0" in capsys.readouterr().out
 
 

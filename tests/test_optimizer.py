@@ -196,12 +196,38 @@ def test_a_checkpoint_from_before_the_field_resumes_as_adamw(tmp_path, char_data
     (dict(optimizer="muon", muon_momentum=1.0), ["muon_momentum=1.0 must be in [0, 1)"]),
     (dict(muon_momentum=0.9), ["muon_momentum is a setting of optimizer=muon, and this run's optimizer is adamw",
                                "drop it"]),
+    # the decoupled decay multiplies the matrices by 1 - rate x weight_decay: -1 flipped their sign every step
+    (dict(optimizer="muon", weight_decay=100), ["weight_decay=100 at Muon's peak rate 0.02 (muon_learning_rate)",
+                                                "= -1, not > 0", "give weight_decay < 1/0.02 = 50"]),
+    (dict(weight_decay=2000), ["weight_decay=2000 at AdamW's peak rate 0.0006 (learning_rate)", "= -0.2, not > 0",
+                               "weight_decay < 1/0.0006 = 1666.67"]),
+    (dict(learning_rate=1e-4, min_lr=0.02, weight_decay=50), ["AdamW's peak rate 0.02", "= 0, not > 0"]),
+    # min_lr above learning_rate: Muon's rate reaches muon_learning_rate x 2
+    (dict(optimizer="muon", learning_rate=1e-4, min_lr=2e-4, muon_learning_rate=0.02, weight_decay=25),
+     ["Muon's peak rate 0.04 (muon_learning_rate)", "weight_decay < 1/0.04 = 25"]),
 ])
 def test_bad_optimizer_settings_are_one_line_before_anything_is_written(tmp_path, char_data, capsys, given,
                                                                         fragments):
     code, out, err = cli(train_module.main, flags(tmp_path / "out", char_data, **given), capsys)
     assert_one_line_error(code, out, err, *fragments)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_decay_factor_above_0_is_taken():
+    """The bound is strict and per part: 1 - 0.02 x 49 = 0.02 for Muon; AdamW's part decays by 1 - 6e-4 x 49."""
+    assert muon_config(weight_decay=49.0).weight_decay == 49.0
+    assert TrainConfig(weight_decay=1666.0).weight_decay == 1666.0
+
+
+def test_continuing_a_run_under_the_other_optimizer_names_both(tmp_path, char_data, capsys):
+    """Was: "its optimizer state does not fit this model", as for a model of another shape."""
+    assert cli(train_module.main, flags(tmp_path / "adamw", char_data, max_iters=2), capsys)[0] == 0
+    code, out, err = cli(train_module.main, flags(tmp_path / "muon", char_data, max_iters=2, optimizer="muon",
+                                                  init_from=tmp_path / "adamw"), capsys)
+    assert code == 0, err
+    assert "its optimizer state is optimizer='adamw''s, and this run's optimizer is 'muon'; training its weights " \
+           "from step 0" in out
+    assert load_checkpoint(tmp_path / "muon" / "ckpt.pt")["iter_num"] == 2  # from step 0
 
 
 def test_a_torch_without_muon_is_one_line(tmp_path, char_data, capsys, monkeypatch):

@@ -107,6 +107,17 @@ def test_a_config_file_that_is_not_utf8_names_the_line_and_the_byte(tmp_path):
         parse([str(path)])
 
 
+def test_a_config_file_that_starts_with_a_byte_order_mark_is_read(tmp_path):
+    """Windows editors save UTF-8 with a BOM; it was "invalid non-printable character U+FEFF" at line 1."""
+    path = tmp_path / "bom.py"
+    path.write_bytes(b"\xef\xbb\xbf" + "count = 3  # r\u00e9sum\u00e9\nrate = 0.5\n".encode("utf-8"))
+    assert read_config_file(str(path)) == {"count": 3, "rate": 0.5}
+    assert parse([str(path)]) == Demo(count=3, rate=0.5)
+    path.write_bytes(b"\xef\xbb\xbfcount = 3\n\xef\xbb\xbfrate = 0.5\n")  # a mark inside is still no setting
+    with pytest.raises(OptionError, match=rf"{path}:2: invalid non-printable character U\+FEFF"):
+        parse([str(path)])
+
+
 def test_missing_config_file_and_unknown_name_in_config_file(tmp_path):
     with pytest.raises(OptionError, match="does_not_exist.py"):
         parse([str(tmp_path / "does_not_exist.py")])

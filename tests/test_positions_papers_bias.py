@@ -12,6 +12,7 @@ through its KV cache as it forwards the whole sequence at once.
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -326,10 +327,30 @@ def test_xpos_max_length_is_where_the_key_scale_passes_2_to_the_32(gamma, scale_
             model.check_positions(seq_len, past_length)
 
 
+@pytest.mark.parametrize("gamma, block_size, random_positions", [(0.4, 32, 0), (0.4, 16, 40), (0.9, 100, 0)])
+def test_xpos_that_cannot_place_the_training_positions_is_refused_with_the_scale_base_that_can(gamma, block_size,
+                                                                                              random_positions):
+    """xpos_scale_base=1 at block_size 32 was taken, and the first evaluation ended in check_length's traceback."""
+    settings = dict(vocab_size=11, n_layer=1, n_head=2, n_embd=16, pos_encoding="xpos", xpos_gamma=gamma,
+                    block_size=block_size, random_positions=random_positions)
+    needed = max(block_size, random_positions)
+    with pytest.raises(ValueError, match=r"xpos_scale_base=1 lets xPos place (\d+) positions .* fewer than "
+                                         rf"(block_size|random_positions)={needed}; give xpos_scale_base >= (\d+)"
+                       ) as refused:
+        GPTConfig(**settings, xpos_scale_base=1.0)
+    placed, fix = (int(n) for n in re.findall(r"place (\d+) positions.*>= (\d+)", str(refused.value))[0])
+    assert key_scale(placed + 1, gamma, 1.0) > 2.0 ** 32  # the limit is xPos's own (max_length)
+    model = GPT(GPTConfig(**settings, xpos_scale_base=float(fix)))
+    model.check_positions(needed, 0)  # the scale base it names places them all
+    assert key_scale(needed - 1, gamma, fix) <= 2.0 ** 32
+    with pytest.raises(ValueError, match="fewer than"):
+        GPTConfig(**settings, xpos_scale_base=fix - 1.0)  # and is the smallest whole one that does
+
+
 def test_xpos_gpt_refuses_a_sequence_past_max_length():
     """With xpos_scale_base=1: max_length 17 (32 ln 2 / ln 3.5 = 17.7), within reach of a tiny model's forward."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=32, vocab_size=11, n_layer=1, n_head=2, n_embd=16, pos_encoding="xpos",
+    model = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=1, n_head=2, n_embd=16, pos_encoding="xpos",
                           xpos_scale_base=1.0)).eval()
     n = model.input_layer.encoding.max_length()
     assert n == 17

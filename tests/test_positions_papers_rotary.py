@@ -311,6 +311,21 @@ def test_random_positions_settings(pos_encoding):
         config_of(pos_encoding, random_positions=15)
 
 
+@pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal", "rope", "partial_rope", "p_rope", "xpos"])
+def test_random_positions_past_2_to_the_24_are_refused_before_the_draw(pos_encoding):
+    """10**10 was taken, and the first step's randperm asked for 80 GB (a traceback). Past 2^24, float32 cannot tell
+    neighbouring positions apart: the angles of two distinct positions would be the same."""
+    settings = dict(xpos_scale_base=2.0**24) if pos_encoding == "xpos" else {}  # xPos's own limit, out of the way
+    with pytest.raises(ValueError, match=r"random_positions=10000000000 is past 2\*\*24 = 16,777,216: .* \(80.0 GB "
+                                         r"of int64\); give random_positions <= 16777216"):
+        config_of(pos_encoding, random_positions=10**10, **settings)
+    with pytest.raises(ValueError, match=r"random_positions=16777217 is past 2\*\*24"):
+        config_of(pos_encoding, random_positions=2**24 + 1, **settings)
+    assert config_of(pos_encoding, random_positions=2**24, **settings).random_positions == 2**24
+    assert torch.tensor(2**24 + 1, dtype=torch.float32) == torch.tensor(2**24, dtype=torch.float32)
+    assert torch.tensor(2**24 - 1, dtype=torch.float32) != torch.tensor(2**24, dtype=torch.float32)
+
+
 @pytest.mark.parametrize("pos_encoding", ["alibi", "none", "t5", "kerple", "fire", "cope"])
 def test_random_positions_refused_where_positions_are_not_absolute(pos_encoding):
     with pytest.raises(ValueError, match="random_positions"):

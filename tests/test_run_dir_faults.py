@@ -70,6 +70,18 @@ def test_out_dir_naming_a_file(run_copy, capsys):
     assert digests(run_copy) == before
 
 
+@pytest.mark.parametrize("inside", [False, True], ids=["out_dir", "a_folder_above_it"])
+def test_out_dir_through_a_dangling_link_names_the_link(run_copy, tmp_path, capsys, inside):
+    """Was: "cannot create out_dir=...: File exists"."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    out_dir = link / "run" if inside else link
+    result = cli(train_module.main, flags(out_dir, run_copy / "data"), capsys)
+    assert_one_line_error(*result, f"cannot create out_dir={str(out_dir)!r}: {link} is a dangling symbolic link (to "
+                                   f"{tmp_path / 'gone'}, which does not exist); create its target, remove the link")
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
 @pytest.mark.parametrize("how", ["chmod", "read-only file system"])
 def test_resume_in_a_read_only_out_dir_is_one_line(run_copy, capsys, monkeypatch, how):
     run = run_copy / "run"

@@ -25,6 +25,7 @@ from errors import UserError
 from files import atomic_files
 from gpt import gpt2_weights
 from gpt.gpt2_weights import GPT2_NAMES
+from layers.positions import derived_settings
 from model import GPT, GPTConfig
 from text.dataset import OLD_SINGLE_TEXT_RULE, split_difference, split_identity
 from text.tokenizer import check_description, tokenizer_difference
@@ -181,7 +182,8 @@ def checkpoint_dict(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
     """What ckpt.pt holds (best.pt: best_subset of it). config is the training's settings dataclass, rng
     random_state(); ema and training_weights, where there are any, ema.py's. Under FSDP every rank must call this
     (it gathers the shards); rank 0 receives the weights."""
-    state = {"model_args": dataclasses.asdict(model_config), "model": full_model_state(model), "tokenizer": tokenizer,
+    model_args = {**dataclasses.asdict(model_config), **derived_settings(model_config)}  # stored resolved
+    state = {"model_args": model_args, "model": full_model_state(model), "tokenizer": tokenizer,
              "iter_num": iter_num, "best_val_loss": best_val_loss, "optimizer": full_optimizer_state(model, optimizer),
              "config": dataclasses.asdict(config), "rng": rng}
     extras = {"ema": ema, "training_weights": training_weights}
@@ -232,7 +234,9 @@ SHAPE_SETTINGS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name !
 
 def shape_differences(given: GPTConfig, found: GPTConfig, explicit: frozenset[str]) -> dict[str, tuple]:
     """The model settings the user gave (explicit) that differ from those of the model continued (a checkpoint's,
-    GPT-2's): {name: (given, found)}. dropout is not a shape: it is taken from the command line."""
+    GPT-2's): {name: (given, found)}. dropout is not a shape: it is taken from the command line. A setting derived
+    from block_size is compared as the length it stands for (a checkpoint stores CoPE's 0 as the number)."""
+    given, found = (dataclasses.replace(c, **derived_settings(c)) for c in (given, found))
     return {name: (getattr(given, name), getattr(found, name)) for name in SHAPE_SETTINGS
             if name in explicit and getattr(given, name) != getattr(found, name)}
 

@@ -94,12 +94,18 @@ def optimizer_state_fits(saved: object, optimizer) -> bool:
                for i, moments in saved.get("state", {}).items() if "exp_avg" in moments)
 
 
-def continue_training(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
-                      source: Path) -> tuple[int, float]:
-    """Carry on the run a checkpoint came from where its optimizer state fits the optimizer built here: load its
-    AdamW moments into optimizer and return its step and best val loss to go on from. Else the weights alone are
-    trained, as a finetune: from step 0, no best val loss yet (0, inf)."""
+def continue_training(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict, source: Path,
+                      kind: str) -> tuple[int, float]:
+    """Carry on the run a checkpoint came from where its optimizer state fits the optimizer built here (of kind, an
+    optimizers.OPTIMIZERS name): load its moments into optimizer and return its step and best val loss to go on
+    from. Else the weights alone are trained, as a finetune: from step 0, no best val loss yet (0, inf)."""
     saved = state.get("optimizer")
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    trained_with = config.get("optimizer", "adamw")  # nanoGPT's and the checkpoints before --optimizer: AdamW
+    if trained_with != kind:
+        print(f"{source}: its optimizer state is optimizer={trained_with!r}'s, and this run's optimizer is {kind!r}; "
+              "training its weights from step 0 with a fresh optimizer")
+        return 0, math.inf
     if not optimizer_state_fits(saved, optimizer):
         print(f"{source}: its optimizer state does not fit this model; training its weights from step 0")
         return 0, math.inf

@@ -47,6 +47,8 @@ class OptimizerSettings(typing.Protocol):
     cautious_weight_decay: bool
     muon_momentum_warmup: int  # steps
     muon_momentum_start: float
+    decay_lr: bool  # the schedule's (schedule.py): with min_lr, the highest rate a step can take
+    min_lr: float
 
 
 def check_optimizer_settings(config: OptimizerSettings) -> None:
@@ -69,6 +71,26 @@ def check_optimizer_settings(config: OptimizerSettings) -> None:
         raise ValueError(f"muon_momentum_warmup={config.muon_momentum_warmup} must be >= 0 (0: no warmup)")
     if not 0.0 <= config.muon_momentum_start < 1.0:
         raise ValueError(f"muon_momentum_start={config.muon_momentum_start} must be in [0, 1) (modded-nanogpt: 0.85)")
+    check_decay_factor(config)
+
+
+def check_decay_factor(config: OptimizerSettings) -> None:
+    """Both parts decay a matrix as torch does, weights x (1 - rate x weight_decay) each step: at a factor <= 0 every
+    step flips the matrices' sign (or zeroes them), whatever the gradients say. Refused for the highest rate of the
+    schedule, of each part that decays (AdamW always, Muon with optimizer=muon)."""
+    top = max(config.learning_rate, config.min_lr) if config.decay_lr else config.learning_rate
+    rates = {"learning_rate": top}  # AdamW's
+    if config.optimizer == "muon":  # Muon's rate follows the schedule by the same factor (set_learning_rates)
+        rates["muon_learning_rate"] = config.muon_learning_rate * top / config.learning_rate
+    if config.head_learning_rate:  # an untied head's own AdamW rate, scheduled alike
+        rates["head_learning_rate"] = config.head_learning_rate * top / config.learning_rate
+    for name, rate in rates.items():
+        if rate * config.weight_decay >= 1:
+            part = {"muon_learning_rate": "Muon", "head_learning_rate": "the head"}.get(name, "AdamW")
+            raise ValueError(f"weight_decay={config.weight_decay:g} at {part}'s peak rate {rate:g} ({name}) makes the "
+                             f"decay factor 1 - rate x weight_decay = {1 - rate * config.weight_decay:g}, not > 0: "
+                             f"every step would flip or zero the matrices; give weight_decay < 1/{rate:g} = "
+                             f"{1 / rate:g} (nanoGPT: 0.1)")
 
 
 def check_optimizer_here(optimizer: str, sharded: bool) -> None:

@@ -35,6 +35,11 @@ def claim_out_dir(out_dir: str, stack: contextlib.ExitStack, *, resume: bool, ov
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        link = next((p for p in (folder, *folder.parents) if p.is_symlink() and not p.exists()), None)
+        if link is not None:  # mkdir said only "File exists"
+            raise UserError(f"cannot create out_dir={out_dir!r}: {link} is a dangling symbolic link (to "
+                            f"{os.readlink(link)}, which does not exist); create its target, remove the link, or "
+                            "choose another --out_dir") from None
         raise UserError(f"cannot create out_dir={out_dir!r}: {e.strerror}") from None
     if not os.access(folder, os.W_OK):  # a read-only folder or file system: no checkpoint could be saved
         raise UserError(f"out_dir={out_dir!r} cannot be written (read-only), so no checkpoint could be saved; "
