@@ -86,11 +86,12 @@ def headline_records(results: dict) -> list[dict]:
             for run in results["runs"]]
 
 
-def cell_named(results: dict, given: str, option: str) -> str:
-    """The cell of a label or name; a UserError naming the cells where there is none."""
+def cell_named(results: dict, given: str, where: str) -> str:
+    """The cell of a label or name; a UserError naming the cells where there is none (where: the option, as the
+    message starts)."""
     cell = {label: name for name, label in results["labels"].items()}.get(given, given)
     if cell not in results["labels"]:
-        raise UserError(f"{option}: {given!r} is not a cell of this study; its cells: "
+        raise UserError(f"{where}{given!r} is not a cell of this study; its cells: "
                         f"{', '.join(map(repr, results['labels'].values()))}")
     return cell
 
@@ -98,7 +99,7 @@ def cell_named(results: dict, given: str, option: str) -> str:
 def against_entries(results: dict, family: str, against: str) -> list[tuple[dict, int | str, int | None]]:
     """Each other cell − the cell `against` at the family's protocol and lengths, paired by seed over the headline
     runs results.json keeps (their losses per protocol and length)."""
-    cell = cell_named(results, against, f"--against={against!r}")
+    cell = cell_named(results, against, "--against=")
     block_size, longer = results["block_size"], [n for n in results["lengths"] if n > results["block_size"]]
     where = {"training length": ("nonoverlapping", [block_size]), "longer, nonoverlapping": ("nonoverlapping", longer),
              "longer, sliding": ("sliding", [n for n in longer if n > results["window"]])}
@@ -123,7 +124,7 @@ def pair_sides(results: dict, pair: str) -> list[tuple[str, str, int]]:
     if len(sides) != 2 or None in matched:
         raise UserError(f"--pairs: {pair!r} is not \"a − b\" with each side \"LABEL @L\" or \"LABEL (sliding) @L\", "
                         "e.g. \"xpos lr 0.003 @64 − rope lr 0.003 @64\"")
-    return [(cell_named(results, m["cell"], f"--pairs: {pair!r}"), m["protocol"] or "nonoverlapping",
+    return [(cell_named(results, m["cell"], f"--pairs: {pair!r}: "), m["protocol"] or "nonoverlapping",
              int(m["length"])) for m in matched]
 
 
