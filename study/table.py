@@ -7,8 +7,11 @@ its output, with the command beside them:
 
 A row is a pair a − b (the cells' labels), a column a budget, a length or both: --family is "gaps by budget" (each
 cell against the reference at L = block_size), "changes between budgets" (each such gap's paired change), or
-"extrapolation by budget" (each cell's whole window against its sliding window past block_size), or any family of
-results.md's "Paired differences" at the headline budget ("training length", "longer, sliding", ...).
+"extrapolation by budget" (each cell's whole window against its sliding window past block_size), "extrapolation
+changes between budgets" (each such extrapolation's paired change), or any family of results.md's "Paired
+differences" at the headline budget ("training length", "longer, sliding", ...). A change between budgets is paired
+by seed (a larger budget continues the same seeds' runs) and starred where it survives Holm over the cells at its
+length and pair of budgets.
 
 --against=CELL tests pairs the report did not: each other cell − CELL, paired by seed from the headline runs that
 results.json keeps, at the lengths of "training length", "longer, nonoverlapping" or "longer, sliding":
@@ -33,16 +36,17 @@ from dataclasses import dataclass, field
 from errors import UserError
 from study.compare import read_results
 from study.paired_stats import CONFIDENCE, holm_adjusted, paired, tost
-from study.report import comparisons, p_text, seed_values
+from study.report import comparisons, gap_moves, p_text, seed_values
 
 BY_BUDGET = {"gaps by budget": "gaps", "extrapolation by budget": "extrapolation"}
 MOVES = "changes between budgets"
+EXTRAPOLATION_MOVES = "extrapolation changes between budgets"
 
 
 @dataclass
 class TableConfig:
     study: str = ""  # a study folder holding results.json (ablate.py writes it)
-    family: str = "gaps by budget"  # gaps by budget | changes between budgets | extrapolation by budget | results.md's
+    family: str = "gaps by budget"  # a family of the docstring's: by budget, between budgets, or one of results.md's
     lengths: list[int] = field(default_factory=list)  # the eval lengths to show (empty: every one)
     budgets: list[int] = field(default_factory=list)  # the budgets to show (empty: every one)
     digits: int = 3  # decimals of every number, each rounded once from its exact value
@@ -61,8 +65,17 @@ def entries(results: dict, family: str) -> list[tuple[dict, int | str, int | Non
         return [({**row, "a": cell, "b": reference, "a_protocol": "", "b_protocol": "", "mean": row["change"]},
                  f"{move['from']} → {move['to']}", None)
                 for move in results["budgets"]["moves"] for cell, row in move["cells"].items()]
+    if family == EXTRAPOLATION_MOVES:
+        by_budget = {int(b): entry for b, entry in results["budgets"]["by_budget"].items()}
+        lengths = dict.fromkeys(row["length"] for entry in by_budget.values() for row in entry["extrapolation"])
+        return [({**row, "a": cell, "b": cell, "a_protocol": "nonoverlapping", "b_protocol": "sliding",
+                  "mean": row["change"]}, f"{move['from']} → {move['to']}", n)
+                for n in lengths
+                for move in gap_moves({b: {"extrapolation": [r for r in entry["extrapolation"] if r["length"] == n]}
+                                       for b, entry in by_budget.items()}, "extrapolation")
+                for cell, row in move["cells"].items()]
     if family not in results["comparisons"]:
-        known = [*BY_BUDGET, MOVES, *results["comparisons"]]
+        known = [*BY_BUDGET, MOVES, EXTRAPOLATION_MOVES, *results["comparisons"]]
         raise UserError(f"--family={family!r} is not in this study; it has: {', '.join(map(repr, known))}")
     # a time-to-target study's cells each train their own steps (results.json before it had no own_steps)
     budget = "each cell's own steps" if results.get("own_steps") else results["headline_budget"]
@@ -216,7 +229,8 @@ def gap_text(row: dict, config: TableConfig) -> str:
     scale = row["mean_bits_per_byte"] / row["mean"] if config.bits_per_byte else 1.0
     mean = row["mean_bits_per_byte"] if config.bits_per_byte else row["mean"]
     low, high = (number(row[end] * scale, config.digits) for end in ("low", "high"))
-    return f"{number(mean, config.digits)} [{low}, {high}]"
+    # a change between budgets that Holm's correction over the cells (at its length) still rejects is starred
+    return f"{number(mean, config.digits)} [{low}, {high}]" + ("*" if row.get("moved") else "")
 
 
 def side(results: dict, name: str, protocol: str, other: str) -> str:
@@ -233,8 +247,9 @@ def study_table(config: TableConfig) -> str:
     results = read_results(config.study)
     if config.pairs:
         return family_table(config, results)
-    if config.bits_per_byte and config.family == MOVES:
-        raise UserError(f"--bits_per_byte=True: the family {MOVES!r} is kept in nats/token only; drop the flag")
+    if config.bits_per_byte and config.family in (MOVES, EXTRAPOLATION_MOVES):
+        raise UserError(f"--bits_per_byte=True: the family {config.family!r} is kept in nats/token only; drop the "
+                        "flag")
     block_size = results["block_size"]
     rows = (against_entries(results, config.family, config.against) if config.against else
             entries(results, config.family))
@@ -259,7 +274,9 @@ def study_table(config: TableConfig) -> str:
              f"cell − {side(results, b, b_protocol, a_protocol)}" if one_b else "a − b")
     unit = "bits/byte" if config.bits_per_byte else "nats/token"
     lines = [f"{results['split']} loss, {unit}: a − b, mean over seeds [{CONFIDENCE:.0%} paired t interval] "
-             f"({config.study}/results.json, --family={config.family!r})", "",
+             f"({config.study}/results.json, --family={config.family!r})"
+             + ("; *: survives Holm over the cells" if config.family in (MOVES, EXTRAPOLATION_MOVES) else ""),
+             "",
              "| " + " | ".join([first, *(heading(*c) for c in columns)]) + " |",
              "| --- |" + " ---: |" * len(columns)]
     values = {((row["a"], row["a_protocol"], row["b"], row["b_protocol"]), (budget, n)): row

@@ -135,6 +135,35 @@ def test_a_family_of_pairs_chosen_after_the_results(study):
     assert rows[1][2].startswith("+0.457 [") and rows[1][8] == "higher |"
 
 
+def test_extrapolation_changes_between_budgets_are_paired_by_seed(study):
+    """Each cell's whole − sliding at a budget minus at the one before, seed by seed, its interval written out here;
+    starred where it survives Holm over the cells at that length (two cells: the smaller p times 2, then max)."""
+    whole = {1000: {"rope": [0.60, 0.62, 0.70], "alibi": [0.003, 0.004, 0.002]},
+             2000: {"rope": [0.90, 0.95, 1.00], "alibi": [0.004, 0.001, 0.003]}}
+    path = Path(study) / "results.json"
+    results = json.loads(path.read_text())
+    for budget, cells in whole.items():
+        results["budgets"]["by_budget"][str(budget)]["extrapolation"] = [
+            {**gap(cell, 0.0, 0.0, 0.0, b=cell, length=256, b_protocol="sliding"), "seeds": SEEDS,
+             "differences": values} for cell, values in cells.items()]
+    path.write_text(json.dumps(results))
+    table = study_table(TableConfig(study=study, family="extrapolation changes between budgets")).splitlines()
+    change = {cell: np.subtract(whole[2000][cell], whole[1000][cell]) for cell in ("rope", "alibi")}
+    p = {cell: stats.ttest_1samp(d, 0).pvalue for cell, d in change.items()}
+    holm = {cell: min(1.0, 2 * min(p.values())) if v == min(p.values()) else max(v, 2 * min(p.values()))
+            for cell, v in p.items()}
+
+    def text(d: np.ndarray, star: bool) -> str:
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        return (f"{d.mean():+.3f} [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}]".replace("-", "−")
+                + "*" * bool(star))
+
+    assert table[2:] == ["| cell, nonoverlapping − sliding | 1000 → 2000, L=256 (4x) |", "| --- | ---: |",
+                         f"| rope | {text(change['rope'], holm['rope'] <= 0.05)} |",
+                         f"| alibi | {text(change['alibi'], holm['alibi'] <= 0.05)} |"]
+    assert table[4].endswith("* |") and not table[5].endswith("* |")
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"family": "training"}, "--family='training' is not in this study; it has: 'gaps by budget'"),
     ({"lengths": [512]}, "has no rows at lengths [512]"),
