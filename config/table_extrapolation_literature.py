@@ -1,7 +1,8 @@
 # The literature family of the extrapolation study (docs/positions_extrapolation/README.md, "Literature vs this
-# study"): every pair a literature verdict there rests on, chosen after seeing the results, so a family of its own
-# with Holm's correction over all of it (pairs also in the study's own families, against learned or ALiBi, are
-# corrected here again). Non-overlapping windows unless "(sliding)"; @L: the eval length (64 = 1x, 512 = 8x).
+# study"): every pair a literature verdict there rests on. A pair the study planned (a cell against learned or ALiBi,
+# a cell's whole window against its sliding one) keeps Holm's correction over its own family of results.md; the
+# others, chosen after seeing the results, form the literature family, with Holm's correction over all of them.
+# Non-overlapping windows unless "(sliding)"; @L: the eval length (64 = 1x, 512 = 8x).
 # python -m study.table config/table_extrapolation_literature.py
 study = "docs/positions_extrapolation"
 pairs = [
