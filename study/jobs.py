@@ -20,7 +20,7 @@ from study.cost import OutOfTime, TimeBox, plan_view, rebuild_steps, run_estimat
 from study.folder import check_modes, claim_study, study_identity
 from study.plan import STABLE, StudyRun
 from study.records import code_version
-from study.run import cached_eval, claim, eval_key, finish_run, finished_record, has_other_settings
+from study.run import cached_eval, claim, eval_key, finish_run, finished_record, has_other_settings, other_machines
 from text.corpus import usable_cpus
 from train import TrainConfig
 from training.run_dir import CHECKPOINT_FILES, DONE_FILE, Interrupted
@@ -216,6 +216,7 @@ def study_records(plan: list[StudyRun], ablate: AblateConfig, train_config: Trai
     code_version()  # before any run: the code this process imported
     if ablate.list_runs:
         finished = records_on_disk(plan, ablate)
+        print_other_machines(finished)
         print(plan_view(plan, run_estimates(plan, ablate, finished), rebuild_steps(plan, finished), ablate.jobs))
         return None, 0
     limit = parse_time_limit(ablate.time_limit)
@@ -224,6 +225,7 @@ def study_records(plan: list[StudyRun], ablate: AblateConfig, train_config: Trai
     claim_study(ablate, study_identity(ablate, train_config, model_config), cells, retrained)
     for run in [plan[ablate.run_index]] if ablate.run_index >= 0 else plan:
         finished_record(run, ablate.overwrite)  # a damaged or mismatched record stops the study before any training
+    print_other_machines(records_on_disk(plan, ablate))
     max_iters, show = max(run.budget for run in plan), train_config.progress
     if ablate.report_only:
         return finished_records(plan, ablate), 0
@@ -238,6 +240,14 @@ def study_records(plan: list[StudyRun], ablate: AblateConfig, train_config: Trai
         return train_and_evaluate(plan, ablate, max_iters, show, time_box), 0
     except Interrupted as stopped:  # ablate.py reports the signal with its exit status
         return [], stopped.args[0]
+
+
+def print_other_machines(finished: list[dict | None]) -> None:
+    """Say in one line when a continued study's finished runs, or records gathered from elsewhere, trained where
+    this process would not give their bits."""
+    note = other_machines(finished)
+    if note:
+        print(note)
 
 
 def records_on_disk(plan: list[StudyRun], ablate: AblateConfig) -> list[dict | None]:

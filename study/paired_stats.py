@@ -90,13 +90,21 @@ def verdict(equivalent: bool, different: bool, why_untested: str | None = None) 
     return "equivalent" if equivalent else "different" if different else "inconclusive"
 
 
-def holm(p_values: list[float], alpha: float = 1 - CONFIDENCE) -> list[bool]:
-    """Which hypotheses Holm's step-down method rejects: family-wise error at most alpha over all of them. A nan
-    p (no test) is never rejected and counts in the family, wherever it stands in the list."""
+def holm_adjusted(p_values: list[float]) -> list[float]:
+    """Holm's adjusted p of each hypothesis (Holm 1979; at most 1): the smallest family-wise error at which the
+    step-down method rejects it, max over the steps up to its own of (m - rank) p. A nan p (no test) counts in the
+    family wherever it stands in the list, and it and every later step are nan (never rejected)."""
     order = sorted(range(len(p_values)), key=lambda i: (math.isnan(p_values[i]), p_values[i]))
-    rejected = [False] * len(p_values)
+    adjusted, running = [math.nan] * len(p_values), 0.0
     for rank, i in enumerate(order):
-        if not p_values[i] <= alpha / (len(p_values) - rank):  # a nan sorts last and stops the steps here
+        if math.isnan(p_values[i]):  # sorted last: it and the rest stay nan
             break
-        rejected[i] = True
-    return rejected
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def holm(p_values: list[float], alpha: float = 1 - CONFIDENCE) -> list[bool]:
+    """Which hypotheses Holm's step-down method rejects: family-wise error at most alpha over all of them (a nan
+    p is never rejected)."""
+    return [p <= alpha for p in holm_adjusted(p_values)]

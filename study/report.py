@@ -204,17 +204,19 @@ def budget_summary(records: list[dict], study: dict, ablate: AblateConfig) -> di
     return {"reference": reference, "by_budget": by_budget, "moves": gap_moves(by_budget)}
 
 
-def gap_moves(by_budget: dict) -> list[dict]:
+def gap_moves(by_budget: dict, kind: str = "gaps") -> list[dict]:
     """Whether the ranking was read where it had stopped moving: for each budget after the first, each cell's
     paired gap to the reference there minus at the budget before, seed by seed on the seeds both have (extra
     budgets have fewer; a larger budget continues the same seeds' runs, so the change is paired too), with its
     interval and the paired t test that it is 0, Holm-corrected over the cells of that pair of budgets. A gap
-    whose change the test rejects was still moving, however small the change is against the gap's own interval."""
+    whose change the test rejects was still moving, however small the change is against the gap's own interval.
+    kind "extrapolation": the same of each cell's whole window minus its sliding window (by_budget's rows at one
+    length: study.table's "extrapolation changes between budgets")."""
     moves = []
     for (low, before), (high, after) in itertools.pairwise(sorted(by_budget.items())):
-        earlier = {g["a"]: g for g in before["gaps"]}
+        earlier = {g["a"]: g for g in before[kind]}
         cells = {}
-        for gap in after["gaps"]:
+        for gap in after[kind]:
             if gap["a"] not in earlier or gap["untested"]:
                 continue
             was = dict(zip(earlier[gap["a"]]["seeds"], earlier[gap["a"]]["differences"], strict=True))

@@ -178,6 +178,31 @@ def what_differs(then: dict) -> str:
     return f"{where}; copy the checkpoint in, or continue the study where it trained"
 
 
+# What makes two CPU processes' training differ in its last bits, and so in its losses as it goes on (a provenance
+# field a record lacks, written by older code, is not counted as a difference)
+KERNEL_PROVENANCE = ("torch", "cpu", "cpu_id", "cpu_flags", "threads")
+
+
+def other_machines(records: list[dict | None]) -> str:
+    """One line when finished runs trained where this process would not give their bits (another CPU kind, torch
+    or thread count): the runs trained here and theirs mix in one report; "" when none did."""
+    if not records or all(record is None for record in records):
+        return ""
+    now = provenance("", 0.0)
+    other = [r for r in records if r is not None and any(
+        r["provenance"].get(name) not in (None, "", []) and r["provenance"][name] != now[name]
+        for name in KERNEL_PROVENANCE)]
+    if not other:
+        return ""
+    kinds = sorted({", ".join(f"{name} {r['provenance'].get(name)!r}" for name in KERNEL_PROVENANCE
+                              if r["provenance"].get(name) not in (None, "", [])) for r in other})
+    here = ", ".join(f"{name} {now[name]!r}" for name in KERNEL_PROVENANCE)
+    return (f"note: {len(other)} of the {sum(r is not None for r in records)} finished runs trained on "
+            f"{' / '.join(kinds)}; this process has {here}: runs trained here are not bit for bit what they would "
+            "be there (between two x86 CPU kinds the loss moved by ~0.01 by step 500, test loss within the seed "
+            "spread), and the report mixes both kinds (docs/study_method.md, Reproducibility)")
+
+
 def latest_logged(metrics_file: Path) -> tuple[int, float | None]:
     """(step, train loss) of the last train line of a run's metrics.jsonl; (0, None) before the first."""
     if not metrics_file.exists():

@@ -273,6 +273,25 @@ def test_a_rebuild_that_differs_names_what_differs_threads_first():
     assert "the same torch" in study_run.what_differs(now)
 
 
+def test_runs_trained_on_another_cpu_are_named_in_one_line(reference, tmp_path, capsys):
+    """A study continued (or gathered) where some records name another CPU: --list_runs and the report say so in
+    one line, counting those runs; records of this machine say nothing."""
+    code, out, err = cli(ablate.main, flags(reference / "study", reference / "data", list_runs=True), capsys)
+    assert code == 0 and "note:" not in out
+    study_dir = tmp_path / "study"
+    copy_records(reference / "study", study_dir)
+    for done in sorted(study_dir.glob("learned/seed1337/*/done.json")):  # 4 runs on an Intel Xeon with AMX
+        record = {k: v for k, v in json.loads(done.read_text()).items() if k != "digest"}
+        record["provenance"].update(cpu="Intel(R) Xeon(R) Platinum 8480+", cpu_flags=["avx512f", "amx_tile"])
+        done.write_text(run_records.sealed(record))
+    for mode in ("list_runs", "report_only"):
+        code, out, err = cli(ablate.main, flags(study_dir, reference / "data", **{mode: True}), capsys)
+        notes = [line for line in out.splitlines() if line.startswith("note:")]
+        assert code == 0 and len(notes) == 1, (mode, err)
+        assert notes[0].startswith("note: 4 of the 16 finished runs trained on ") and "Xeon" in notes[0]
+        assert "report mixes both kinds" in notes[0]
+
+
 def test_the_time_box_never_starts_a_run_estimated_past_it(monkeypatch):
     box = study_cost.TimeBox(deadline=100.0, estimates=[10.0, 50.0, 0.0])
     monkeypatch.setattr(study_cost.time, "time", lambda: 60.0)

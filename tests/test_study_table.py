@@ -43,6 +43,7 @@ def study(tmp_path):
     but -0.017499 is -0.0175 at four places, which rounds again to -0.018; once it is -0.017."""
     results = {
         "block_size": 64, "split": "test", "headline_budget": 2000, "lengths": [64, 128, 256], "window": 64,
+        "ablate_config": {"equivalence_margin": 0.02},
         "runs": [run(cell, seed, loss) for cell, losses in RUN_LOSSES.items()
                  for seed, loss in zip(SEEDS, losses, strict=True)],
         "labels": {"learned": "learned", "rope": "rope", "alibi": "alibi"},
@@ -113,6 +114,56 @@ def test_a_study_of_recipes_at_their_own_steps_says_so(study):
     assert table[2] == "| cell − learned | each cell's own steps, L=128 (2x) |"
 
 
+def test_a_family_of_pairs_chosen_after_the_results(study):
+    """--pairs: each pair's p and TOST p at the study's margin, Holm-adjusted over the pairs no family of the study
+    tests; a pair a family tests (here "longer, sliding": rope − learned at 128) keeps that family's correction."""
+    table = study_table(TableConfig(study=study, pairs=["rope @64 - alibi @64", "rope @128 − alibi @128"]))
+    rope, alibi = np.array(RUN_LOSSES["rope"]), np.array(RUN_LOSSES["alibi"])
+    d = [rope - alibi, rope + OFFSET["rope"] - alibi - OFFSET["alibi"]]
+    p = [stats.ttest_1samp(x, 0).pvalue for x in d]
+    tost = [max(stats.ttest_1samp(x, -0.02, alternative="greater").pvalue,
+                stats.ttest_1samp(x, 0.02, alternative="less").pvalue) for x in d]
+
+    def holm_of_two(values: list[float]) -> list[float]:  # the smaller times 2, the larger at least that
+        low = min(1.0, 2 * min(values))
+        return [low if v == min(values) else max(low, v) for v in values]
+
+    rows = [line.split(" | ") for line in table.splitlines()[4:]]
+    assert [row[1] for row in rows] == ["rope @64 − alibi @64", "rope @128 − alibi @128"]
+    for row, values in zip(rows, zip(p, holm_of_two(p), tost, holm_of_two(tost), strict=True), strict=True):
+        assert row[3:7] == [f"{v:.2g}" for v in values] and row[7] == "literature (2)"
+    assert rows[1][2].startswith("+0.457 [") and rows[1][8] == "higher |"
+
+
+def test_extrapolation_changes_between_budgets_are_paired_by_seed(study):
+    """Each cell's whole − sliding at a budget minus at the one before, seed by seed, its interval written out here;
+    starred where it survives Holm over the cells at that length (two cells: the smaller p times 2, then max)."""
+    whole = {1000: {"rope": [0.60, 0.62, 0.70], "alibi": [0.003, 0.004, 0.002]},
+             2000: {"rope": [0.90, 0.95, 1.00], "alibi": [0.004, 0.001, 0.003]}}
+    path = Path(study) / "results.json"
+    results = json.loads(path.read_text())
+    for budget, cells in whole.items():
+        results["budgets"]["by_budget"][str(budget)]["extrapolation"] = [
+            {**gap(cell, 0.0, 0.0, 0.0, b=cell, length=256, b_protocol="sliding"), "seeds": SEEDS,
+             "differences": values} for cell, values in cells.items()]
+    path.write_text(json.dumps(results))
+    table = study_table(TableConfig(study=study, family="extrapolation changes between budgets")).splitlines()
+    change = {cell: np.subtract(whole[2000][cell], whole[1000][cell]) for cell in ("rope", "alibi")}
+    p = {cell: stats.ttest_1samp(d, 0).pvalue for cell, d in change.items()}
+    holm = {cell: min(1.0, 2 * min(p.values())) if v == min(p.values()) else max(v, 2 * min(p.values()))
+            for cell, v in p.items()}
+
+    def text(d: np.ndarray, star: bool) -> str:
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        return (f"{d.mean():+.3f} [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}]".replace("-", "−")
+                + "*" * bool(star))
+
+    assert table[2:] == ["| cell, nonoverlapping − sliding | 1000 → 2000, L=256 (4x) |", "| --- | ---: |",
+                         f"| rope | {text(change['rope'], holm['rope'] <= 0.05)} |",
+                         f"| alibi | {text(change['alibi'], holm['alibi'] <= 0.05)} |"]
+    assert table[4].endswith("* |") and not table[5].endswith("* |")
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"family": "training"}, "--family='training' is not in this study; it has: 'gaps by budget'"),
     ({"lengths": [512]}, "has no rows at lengths [512]"),
@@ -121,6 +172,10 @@ def test_a_study_of_recipes_at_their_own_steps_says_so(study):
     ({"family": "changes between budgets", "bits_per_byte": True}, "kept in nats/token only"),
     ({"family": "training length", "against": "t5"}, "--against='t5' is not a cell of this study; its cells: "
                                                     "'learned', 'rope', 'alibi'"),
+    ({"pairs": ["rope − alibi"]}, "--pairs: 'rope − alibi' is not \"a − b\" with each side"),
+    ({"pairs": ["rope @128 − learned @128"]}, "learned @128 has no loss there"),
+    ({"pairs": ["rope @64 − t5 @64"]}, "--pairs: 'rope @64 − t5 @64': 't5' is not a cell of this study"),
+    ({"pairs": ["rope @64 − alibi @64"], "against": "alibi"}, "--pairs makes a family of its own"),
     ({"against": "rope"}, "give --family as one of 'training length', 'longer, nonoverlapping', 'longer, sliding',"
                           " not 'gaps by budget'"),
 ])
