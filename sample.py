@@ -63,7 +63,8 @@ class SampleConfig:
     keep_stop: bool = False  # keep the stop text (or <|endoftext|>) at the end of the sample
     end_of_text_stops: bool = True  # <|endoftext|> ends a sample (BPE, GPT-2, char data with documents)
     logprobs: int | None = None  # write each drawn token's log-prob (the model's) and the K likeliest ones; None: off
-    logprobs_file: str = "logprobs.jsonl"  # where --logprobs writes: JSON lines, one per token of each sample
+    logprobs_file: str = ""  # where --logprobs writes (JSON lines); empty: logprobs.jsonl in the run's folder
+    logprobs_overwrite: bool = False  # replace a logprobs_file already there (refused without it)
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_samples <= MAX_SAMPLES:
@@ -87,8 +88,10 @@ class SampleConfig:
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs={self.logprobs} must be >= 0 (the likeliest tokens listed beside each one "
                              "drawn; 0: the drawn token alone), or None for no log-probabilities")
-        if self.logprobs is not None and not self.logprobs_file:
-            raise ValueError("logprobs_file='' names no file; give --logprobs_file=PATH for the log-probabilities")
+        if self.logprobs is None and (self.logprobs_file or self.logprobs_overwrite):
+            given = "logprobs_file" if self.logprobs_file else "logprobs_overwrite"
+            raise ValueError(f"{given} is a setting of --logprobs, which is off: it would do nothing; give "
+                             "--logprobs=K, or drop it")
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
         if self.prompts_per_line and not self.start.startswith("FILE:"):
@@ -200,7 +203,11 @@ def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_
     if config.logprobs > tokenizer.vocab_size:
         raise UserError(f"logprobs={config.logprobs} must be at most the vocabulary's {tokenizer.vocab_size} tokens; "
                         f"give --logprobs={tokenizer.vocab_size} or fewer")
-    check_writable(config.logprobs_file, "logprobs_file")  # before the work, not after it
+    path = logprobs_path(config)
+    check_writable(str(path), "logprobs_file")  # before the work, not after it
+    if path.exists() and not config.logprobs_overwrite:
+        raise UserError(f"{path} is already there (log-probabilities sampled before?); give --logprobs_overwrite=True "
+                        "to replace it, or another --logprobs_file=PATH")
     steps_logprobs = []  # per step, the tokens and token_logprobs' tensors: on the device until the end
 
     def keep(logits: torch.Tensor, tokens: torch.Tensor) -> None:
@@ -208,11 +215,24 @@ def sample_and_count(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_
 
     texts, steps, kept = draw(model, tokenizer, config, on_text, keep)
     # Atomic: an earlier file of that name stays whole until the new one is (Ctrl-C while sampling keeps it).
-    with atomic_files(config.logprobs_file) as [temp], temp.open("w", encoding="utf-8") as file:
+    with atomic_files(path) as [temp], temp.open("w", encoding="utf-8") as file:
         for line in logprob_lines(tokenizer, steps_logprobs, kept):
             file.write(line + "\n")
-    print(f"each token's log-probability: {config.logprobs_file}", file=sys.stderr)
+    print(f"each token's log-probability: {path}", file=sys.stderr)
     return texts, steps
+
+
+def logprobs_path(config: SampleConfig) -> Path:
+    """Where --logprobs writes: logprobs_file as given, else logprobs.jsonl beside the model sampled (in out_dir, or
+    in the folder of the checkpoint init_from names), never in whatever folder the command ran from."""
+    if config.logprobs_file:
+        return Path(config.logprobs_file)
+    if config.init_from == "resume":
+        return Path(config.out_dir) / "logprobs.jsonl"
+    if init_checkpoint(config.init_from) is not None:
+        return init_checkpoint(config.init_from).parent / "logprobs.jsonl"
+    raise UserError(f"--logprobs: init_from={config.init_from!r} is no run of ours to write logprobs.jsonl beside; "
+                    "give --logprobs_file=PATH")
 
 
 def check_writable(path: str, flag: str) -> None:

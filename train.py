@@ -74,7 +74,7 @@ from training.parallel import (
     wrap_for_training,
 )
 from training.run_dir import BEST, CHECKPOINT, Interrupted, MetricsLog, StopRequest, claim_out_dir, start_wandb
-from training.schedule import check_schedule, get_lr
+from training.schedule import check_schedule, get_lr, moved_schedule
 
 # ---- the config ---------------------------------------------------------------------------------------------------
 
@@ -263,13 +263,18 @@ def build_model(config: TrainConfig, model_config: GPTConfig, data_description: 
     return model, None
 
 
-def training_dtype(config: TrainConfig, device: torch.device, resumed: dict | None = None) -> tuple[torch.dtype, str]:
+def training_dtype(config: TrainConfig, device: torch.device, resumed: dict | None = None,
+                   asked: bool = True) -> tuple[torch.dtype, str]:
     """The dtype to train in and why: devices.choose_dtype, which depends on the device alone, so that one command
     trains in one dtype whatever else the machine is doing. A resumed auto run keeps the dtype its checkpoint
-    trained in (checkpoints record the dtype chosen, not "auto"; older code probed a CPU's bfloat16)."""
+    trained in (checkpoints record the dtype chosen, not "auto"; older code probed a CPU's bfloat16). asked: the
+    dtype was given, not taken from the resumed run's settings."""
     recorded = (resumed or {}).get("config", {}).get("dtype")
-    if config.dtype == "auto" and config.init_from == "resume" and recorded in DTYPES and recorded != "auto":
-        return choose_dtype(recorded, device), f"auto: {recorded}, the dtype the resumed run trained in"
+    if config.init_from == "resume" and recorded in DTYPES and recorded != "auto":
+        if config.dtype == "auto":
+            return choose_dtype(recorded, device), f"auto: {recorded}, the dtype the resumed run trained in"
+        if not asked and config.dtype == recorded:
+            return choose_dtype(recorded, device), "the resumed run's, recorded in its checkpoint"
     dtype = choose_dtype(config.dtype, device)
     if config.dtype != "auto":
         return dtype, "as asked"
@@ -376,7 +381,7 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(config.seed)
     model, resumed = build_model(config, model_config, data_description, explicit)
-    dtype, dtype_reason = training_dtype(config, device, resumed)
+    dtype, dtype_reason = training_dtype(config, device, resumed, "dtype" in explicit)
     model.activation_checkpointing = config.activation_checkpointing
     check_batch_fits(config, model.config, device)
     splits = {split: load_split(data_dir, split, model.config.block_size) for split in ("train", "val")}
@@ -399,6 +404,10 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
                                                   run.out_dir / CHECKPOINT)
         run.ema = saved_average(resumed, model, device, run.out_dir / CHECKPOINT) if config.ema_decay else None
         run.has_checkpoint = True
+        if run.iter_num > config.max_iters:  # equal: a run stopped in its final evaluation finishes it
+            raise UserError(f"max_iters={config.max_iters} is below step {run.iter_num}, where the run in "
+                            f"{run.out_dir} stands: no step would train; give a --max_iters above {run.iter_num} "
+                            "to train it further")
     elif resumed is not None:  # init_from names a checkpoint: continue its run where the optimizer state fits
         run.iter_num, run.best_val_loss = continue_training(model, optimizer, resumed,
                                                             init_checkpoint(config.init_from), config.optimizer)
@@ -605,7 +614,7 @@ def train(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str]
 def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: frozenset[str] | None, rank: int,
                      world_size: int, device: torch.device) -> dict:
     with contextlib.ExitStack() as stack:
-        note = ""
+        note, trained = "", None
         if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
             trained = check_resumable(Path(config.out_dir) / CHECKPOINT)
             config, note = resumed_settings(config, trained or {}, TRAIN_FIELDS if explicit is None else explicit)
@@ -617,8 +626,10 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
         claim_out_dir(config.out_dir, stack, resume=config.init_from == "resume", overwrite=config.overwrite,
                       claim=rank == 0 and not config.eval_only)
         run = set_up(config, model_config, rank, world_size, device, data_dir, data_description, explicit)
-        if note and run.master:  # once the resume has passed its checks: a refusal stays one line
-            print(note, file=sys.stderr)
+        moved = moved_schedule(run.iter_num, trained, config) if trained else ""
+        for line in (note, moved):
+            if line and run.master:  # once the resume has passed its checks: a refusal stays one line
+                print(line, file=sys.stderr)
         try:
             return train_loop(run)
         finally:
@@ -676,6 +687,8 @@ def train_loop(run: Run) -> dict:
     return {"iter_num": run.iter_num, "best_val_loss": run.best_val_loss, "evals": evals,
             "train_losses": train_losses, "step_seconds": step_seconds, "train_seconds": train_seconds,
             "tokens_per_sec": run.tokens_per_iter * len(measured) / sum(measured) if measured else 0.0,
+            "best_val_bits_per_byte": bits_per_byte(run, {"val": run.best_val_loss})["val"]
+            if run.estimate_bytes else math.nan,
             "interrupted": int(stopped_by), "out_dir": str(run.out_dir),
             "dtype": dtype_name(run.dtype),
             "model": None if run.sharded else run.model}  # a sharded model holds the process group (end_processes)
@@ -765,7 +778,8 @@ def main(argv: list[str]) -> None:
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"done: {result['iter_num']} iterations, best val loss {result['best_val_loss']:.4f}, "
+        print(f"done: {result['iter_num']} iterations, best val loss {result['best_val_loss']:.4f} "
+              f"({result['best_val_bits_per_byte']:.4f} bits/byte), "
               f"{result['tokens_per_sec']:,.0f} tokens/s, {result['train_seconds']:.2f} s of training "
               "(evaluation excluded)")
 

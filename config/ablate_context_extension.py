@@ -10,7 +10,7 @@
 # Planned: 4 bases x 3 seeds x 2000 = 24,000 steps, 9 methods x 2 lengths x 3 seeds x 200 = 10,800 finetune
 # steps, 4 controls x 3 seeds x 200 = 2,400: 37,200 steps in all (the 54 unfinetuned extensions train none), and 132
 # evaluations.
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_context_extension.py
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
 study_dir = "docs/context_extension"  # its records are committed there (checkpoints are not)

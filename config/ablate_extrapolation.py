@@ -7,7 +7,7 @@
 # t5_max_distance=64, so that every bucket it is scored with was trained); their 8x scores need
 # their checkpoints, which were never committed, so they train again here (same settings and seeds: the same bits on
 # the machine that trained them: compare their checkpoint digests with docs/positions_budgets' records).
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_extrapolation.py --jobs=2 --time_limit=150m   (as many sittings as it takes)
 base_config = "ablate_positions_base.py"  # the baby model, the schedule, the evaluation, the TOST margin (0.01)
 study_dir = "docs/positions_extrapolation"  # its records are committed there (checkpoints are not)

@@ -10,7 +10,7 @@
 # - randomized positions draw from 0..511, the longest length stage 2 scores (8 x block_size), as Ruoss et al. set
 #   the range to the longest test length; sinusoidal at stage 1a's amplitude, 0.1;
 # - t5 at t5_max_distance=64 (= block_size): every bucket is trained (the position study's 128 left 27..31 untrained).
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_extrapolation_lr.py --jobs=2
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
 study_dir = "docs/positions_extrapolation_lr"  # its records are committed there (checkpoints are not)

@@ -1,6 +1,6 @@
 # Does the learned position table start better at init std 0.01 than at 0.02? llm.c found 0.01 better in all
 # 10 seeds (paired p = 0.0014, 500 steps at T=64); this repeats it on character-level Shakespeare, paired by seed.
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_init_std.py
 base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-init-std"

@@ -2,7 +2,7 @@
 # studies (config/ablate_positions_budgets.py) train each budget as a wsd branch of one constant-rate run per
 # seed; this pairs, seed by seed, the learned cell trained to one budget both ways, on the test split, with an
 # equivalence test at 0.01 nats/token (fixed here, before the runs).
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_lr_schedule.py
 base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-lr-schedule"

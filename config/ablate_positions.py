@@ -2,7 +2,7 @@
 # config/ablate_positions_sweep.py picked, 0.1, and at Vaswani's 1.0), 10 seeds each, both eval protocols at 1x..4x.
 # Budget: 1000 steps per run, set by the ~2 hours this 2-core CPU had next to other jobs. Measured: 60 runs,
 # 84.9 min of training and 25.9 min of evaluation (sums over runs), 82 min of wall time in two processes.
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_positions.py
 base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-positions"

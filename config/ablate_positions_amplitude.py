@@ -3,7 +3,7 @@
 # of 2000 steps (a constant-rate run to 1600 and its decay to 2000): 20,000 steps of the baby model.
 # The rule, fixed here before any run: the amplitude with the lowest mean val loss at L = block_size
 # (nonoverlapping) goes into config/ablate_positions_budgets.py as "the picked sinusoidal".
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_positions_amplitude.py --jobs=2
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
 study_dir = "docs/positions_amplitude"  # its records are committed there (checkpoints are not)

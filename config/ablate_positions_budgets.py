@@ -7,7 +7,7 @@
 # steps for the budgets 1000, 2000 and 4000: 7 cells x 5 seeds x 4600 = 161,000 steps (--list_runs=True prices it
 # on this machine). Both protocols at 1x, 2x and 4x block_size. The TOST margin, 0.01 nats/token, is fixed in
 # ablate_positions_base.py before any run.
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_positions_amplitude.py --jobs=2   (stage 1a: the amplitude, on val)
 # python ablate.py config/ablate_positions_lr.py --jobs=2          (stage 1b: each cell's learning rate, on val)
 # python ablate.py config/ablate_positions_budgets.py --jobs=2 --time_limit=90m   (as many sittings as it takes)

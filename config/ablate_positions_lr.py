@@ -5,7 +5,7 @@
 # (config/ablate_positions_amplitude.py); 0.02 is Vaswani's ratio of position to token signal.
 # The rule, fixed here before any run: each cell's rate is the one with the lowest val loss at L = block_size
 # (nonoverlapping); it goes into config/ablate_positions_budgets.py.
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_positions_lr.py --jobs=2
 base_config = "ablate_positions_base.py"  # the baby model, the schedule and the evaluation; the lines below change them
 study_dir = "docs/positions_lr"  # its records are committed there (checkpoints are not)

@@ -5,7 +5,7 @@
 # The rule, fixed here before any run: a cell takes 1e-2 if its val loss at L = block_size (nonoverlapping) is lower
 # than its 3e-3 run's in docs/positions_lr/results.md; otherwise it keeps 3e-3. The pick goes into
 # config/ablate_positions_budgets.py. A cell that takes 1e-2 is at the new grid's top again: that is said, not chased.
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_positions_lr_high.py --jobs=2
 base_config = "ablate_positions_lr.py"  # stage 1b's seed, budget, split and evaluation; the lines below change them
 study_dir = "docs/positions_lr_high"  # its records are committed there (checkpoints are not)

@@ -1,7 +1,7 @@
 # The sinusoidal table's amplitude, swept before the position study (config/ablate_positions.py) on other seeds,
 # so that picking the best amplitude here does not bias the comparison there. 5 amplitudes x 2 seeds at half the
 # study's steps: all that the 2-core CPU's time allowed next to the study itself (about 25 minutes).
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_positions_sweep.py
 base_config = "baby_cpu.py"  # the baby model; the lines below change it
 study_dir = "out-ablate-positions-sweep"

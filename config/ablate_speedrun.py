@@ -9,7 +9,7 @@
 # A recipe is a record when its mean test loss is at most the target T (stage 0, docs/speedrun_target/) by the
 # one-sided t test with p < 0.01, in less training time than nanoGPT's recipe; its time is the geometric mean of the
 # seeds' ratios to nanoGPT's recipe's, with its 95% interval.
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_speedrun.py
 base_config = "baby_cpu.py"  # nanoGPT's CPU recipe, as speedrun_cpu_baseline.py; the cells below change it
 study_dir = "docs/speedrun_records"  # its records are committed there (checkpoints are not)

@@ -1,7 +1,7 @@
 # Stage 0 of the CPU speedrun (docs/speedrun.md): the target. nanoGPT's CPU recipe (config/speedrun_cpu_baseline.py)
 # on 5 seeds, 1337..1341, scored on TEST at L = block_size; their mean is the target every recipe must reach. One
 # run at a time on both cores (jobs 1, torch's own threads), on an idle machine: its times are the baseline's too.
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python ablate.py config/ablate_speedrun_target.py
 base_config = "baby_cpu.py"  # nanoGPT's CPU recipe, as speedrun_cpu_baseline.py; the lines below are the study's
 study_dir = "docs/speedrun_target"  # its records are committed there (checkpoints are not)

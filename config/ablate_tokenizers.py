@@ -1,7 +1,7 @@
 # Which tokenizer for a small corpus? Tiny Shakespeare as characters, as a byte-level BPE learned on its train
 # split at 512, 2048 and 8192 tokens, and as GPT-2's BPE: the same model (the baby, context 64 tokens) and the
 # same compute in tokens (600 steps x 12 x 64 = 461k tokens seen), compared in bits per byte on the test split.
-# python data/shakespeare_char/prepare.py --input=PATH
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char
 # for v in 512 2048 8192; do python data/shakespeare_char/prepare.py --input=PATH --tokenizer=bpe \
 #     --vocab_size=$v --out_dir=data/shakespeare_bpe$v; done
 # python data/shakespeare_char/prepare.py --input=PATH --tokenizer=gpt2 --out_dir=data/shakespeare_gpt2

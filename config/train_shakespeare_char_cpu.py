@@ -2,7 +2,7 @@
 # speedrun's GPT-2 recipe (speedrun_cpu_gpt2.py: Muon, warmup-stable-decay, batch 24) for 800 steps: about the time
 # nanoGPT's recipe (speedrun_cpu_baseline.py) takes for its 2000 (a step costs 2.4 times as much: the speedrun's
 # record runs, 65.8 s for 500 against 108.8 s for 2000), to a lower loss (docs/speedrun.md).
-# python data/shakespeare_char/prepare.py --input=PATH   (or with network, no --input)
+# python data/shakespeare_char/prepare.py --input=PATH --out_dir=data/shakespeare_char   (or with network, neither)
 # python train.py config/train_shakespeare_char_cpu.py
 base_config = "speedrun_cpu_gpt2.py"
 out_dir = "out-shakespeare-char-cpu"

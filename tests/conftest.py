@@ -17,6 +17,20 @@ import pytest  # noqa: E402
 CORPUS = REPO_ROOT / "tests" / "fixtures" / "corpus.txt"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """One worker process per core (pytest-xdist), each test file in one worker, so that a file's module-scope
+    fixtures (a trained study, a model) are built once: the suite's one-thread tests used one core of two. Only
+    where xdist is loaded (pytest -p no:xdist, or a machine without it, runs in one process) and -n was not given;
+    before xdist's own pytest_cmdline_main (a conftest's tryfirst hook runs before a plugin's), which reads them."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if config.option.numprocesses is None:
+        config.option.numprocesses = "auto"
+    if config.option.dist == "no" and config.option.numprocesses != 0:
+        config.option.dist = "loadfile"
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked gpu run only where CUDA is available: CI and laptops skip them, `pytest -m gpu` on a GPU
     machine runs them. Tests marked gpt2_bpe run only where TIKTOKEN_CACHE_DIR is set: tiktoken would download

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import assert_one_line_error, char_preparer, cli, digests
 
 from errors import UserError
 from text import dataset
@@ -338,15 +339,47 @@ def test_prepare_script_input_errors(repo_copy, script_env, tmp_path):
 
 @pytest.mark.slow
 def test_prepare_script_with_input(repo_copy, script_env, tmp_path):
-    (tmp_path / "input.txt").write_text(TEXT, encoding="utf-8")
-    result = run_prepare(repo_copy, "shakespeare_char", "--input", str(tmp_path / "input.txt"), "--val_fraction=0.2",
+    """Was: --input=milton.txt was written into data/shakespeare_char, under Shakespeare's name. A text given with
+    --input goes to a folder named after its file and the tokenizer, never another corpus's, and the last line
+    says how to train on it."""
+    (tmp_path / "milton.txt").write_text(TEXT, encoding="utf-8")
+    result = run_prepare(repo_copy, "shakespeare_char", "--input", str(tmp_path / "milton.txt"), "--val_fraction=0.2",
                          env=script_env)
     assert result.returncode == 0, result.stderr
-    folder = repo_copy / "data" / "shakespeare_char"
+    folder = repo_copy / "data" / "milton_char"
     description, train, val = read_bins(folder)
     assert f"vocab {len(set(TEXT))}" in result.stdout
-    assert len(val) == round(0.2 * len(TEXT)) and description["source"] == str(tmp_path / "input.txt")
+    assert result.stdout.strip().splitlines()[-1].endswith("; train on it with --dataset=milton_char")
+    assert len(val) == round(0.2 * len(TEXT)) and description["source"] == str(tmp_path / "milton.txt")
     assert CharTokenizer(description["chars"]).decode(all_tokens(folder).tolist()) == TEXT
+    for name in ("shakespeare_char", "shakespeare", "python_docs_char"):
+        assert sorted(p.name for p in (repo_copy / "data" / name).iterdir()) == ["prepare.py"]
+
+
+@pytest.mark.parametrize("argv, folder", [([], "milton_char"), (["--tokenizer=bpe", "--vocab_size=300"],
+                                                                "milton_bpe300"), (["--out_dir=OUT/mine"], "OUT/mine")])
+def test_an_input_is_named_after_its_file_and_tokenizer(tmp_path, capsys, argv, folder):
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "milton.txt").write_text(TEXT, encoding="utf-8")
+    argv = [arg.replace("OUT", str(tmp_path)) for arg in argv]
+    code, out, err = cli(char_preparer(tmp_path / "data" / "shakespeare_char"),
+                         [f"--input={tmp_path / 'texts' / 'milton.txt'}", "--progress=False", *argv], capsys)
+    assert code == 0, err
+    target = tmp_path / folder.removeprefix("OUT/") if folder.startswith("OUT/") else tmp_path / "data" / folder
+    assert (target / "tokenizer.json").is_file()
+    assert out.strip().endswith(f"--dataset={target}")  # a folder outside the repository's data/: its path
+    assert not (tmp_path / "data" / "shakespeare_char").exists()
+
+
+def test_an_input_named_as_another_corpus_is_refused_into_its_folder(tmp_path, capsys):
+    (tmp_path / "data" / "python_docs_char").mkdir(parents=True)
+    (tmp_path / "data" / "python_docs_char" / "prepare.py").write_text("# its own preparer\n")
+    (tmp_path / "python_docs.txt").write_text(TEXT, encoding="utf-8")
+    before = digests(tmp_path / "data")
+    result = cli(char_preparer(tmp_path / "data" / "shakespeare_char"), [f"--input={tmp_path / 'python_docs.txt'}"],
+                 capsys)
+    assert_one_line_error(*result, "python_docs_char", "prepare.py's own text", "give --out_dir=PATH")
+    assert digests(tmp_path / "data") == before
 
 
 # ---- splits and batches -------------------------------------------------------------------------------------

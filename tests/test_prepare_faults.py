@@ -31,10 +31,12 @@ def prepared(tmp_path, capsys) -> Path:
 def test_another_input_over_a_prepared_dataset_needs_overwrite(prepared, tmp_path, capsys):
     before = digests(prepared)
     (tmp_path / "other.txt").write_text("a whole other text, with other characters! " * 50)
-    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'other.txt'}"], capsys)
+    into = f"--out_dir={prepared}"
+    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'other.txt'}", into], capsys)
     assert_one_line_error(*result, str(prepared), "already holds a dataset", "--overwrite=True")
     assert digests(prepared) == before
-    code, _, err = cli(char_preparer(prepared), [f"--input={tmp_path / 'other.txt'}", "--overwrite=True"], capsys)
+    code, _, err = cli(char_preparer(prepared), [f"--input={tmp_path / 'other.txt'}", into, "--overwrite=True"],
+                       capsys)
     assert code == 0, err
     assert json.loads((prepared / "tokenizer.json").read_text())["source"] == str(tmp_path / "other.txt")
 
@@ -60,8 +62,8 @@ def test_an_out_dir_that_is_a_file(tmp_path, capsys):
 def test_bad_tokenizer_and_split_settings_keep_the_old_dataset(prepared, tmp_path, capsys, argv, fragments):
     before = digests(prepared)
     (tmp_path / "small.txt").write_text("abab abab cdcd. " * 40)  # 640 bytes: 511 of them for training
-    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'small.txt'}", "--overwrite=True", "--progress=False",
-                                           *argv], capsys)
+    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'small.txt'}", f"--out_dir={prepared}",
+                                           "--overwrite=True", "--progress=False", *argv], capsys)
     assert_one_line_error(*result, *fragments)
     assert digests(prepared) == before
 
@@ -72,7 +74,8 @@ def test_an_input_too_large_to_hold_is_sent_to_the_corpus_preparer(prepared, tmp
     monkeypatch.setattr(dataset, "MAX_TEXT_BYTES", 100)
     before = digests(prepared)
     (tmp_path / "big.txt").write_text("x" * 101)
-    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'big.txt'}", "--overwrite=True"], capsys)
+    result = cli(char_preparer(prepared), [f"--input={tmp_path / 'big.txt'}", f"--out_dir={prepared}",
+                                           "--overwrite=True"], capsys)
     assert_one_line_error(*result, "holds 101 bytes, more than the 100", "data/corpus/prepare.py")
     assert digests(prepared) == before
 

@@ -6,6 +6,8 @@ values they leave the samples as they were; their mistakes are one line.
 
 import json
 import string
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -265,7 +267,8 @@ def test_neutral_values_leave_every_token_as_without_the_options(pos_encoding, t
         today = sample.sample(model, tokenizer, config)
         neutral = sample.sample(model, tokenizer, SampleConfig(**{**config.__dict__, **NEUTRAL}))
         logged = sample.sample(model, tokenizer, SampleConfig(**{**config.__dict__, **NEUTRAL, "logprobs": 2,
-                                                                 "logprobs_file": str(tmp_path / "lp.jsonl")}))
+                                                                 "logprobs_file": str(tmp_path / "lp.jsonl"),
+                                                                 "logprobs_overwrite": True}))
         assert neutral == today and logged == today, flags
         assert len(set(today)) > 1 or flags["temperature"] == 0  # the samples did differ from row to row
 
@@ -287,12 +290,12 @@ def test_neutral_values_leave_every_token_as_without_the_options(pos_encoding, t
     ("--repetition_penalty=1e-300", "repetition_penalty=1e-300 would overflow the float32 logits it divides or "
                                     "multiplies; give a number in [1e-25, 1e+25] (1.0 is off)"),
     ("--logprobs=-1", "logprobs=-1 must be >= 0"),
-    ("--logprobs_file=", "logprobs_file='' names no file"),
+    ("--logprobs_file=lp.jsonl", "logprobs_file is a setting of --logprobs, which is off"),
+    ("--logprobs_overwrite=True", "logprobs_overwrite is a setting of --logprobs, which is off"),
     ("--prompts_per_line=True", "prompts_per_line=True reads prompts from a file, one per line; give --start=FILE"),
 ])
 def test_sampling_option_mistakes_are_one_line(tmp_path, capsys, flag, fragment):
-    extra = ["--logprobs=2"] if flag.startswith("--logprobs_file") else []
-    result = cli(sample.main, [f"--out_dir={tmp_path}", "--device=cpu", flag, *extra], capsys)
+    result = cli(sample.main, [f"--out_dir={tmp_path}", "--device=cpu", flag], capsys)
     assert_one_line_error(*result, fragment)  # refused as the flags are read: before the model is looked for
 
 
@@ -320,7 +323,8 @@ def test_a_logprobs_file_already_there_stays_whole_until_the_new_one_is(tmp_path
 
     monkeypatch.setattr(sample, "draw", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        sample.sample(model, tokenizer, SampleConfig(start="a", logprobs=1, logprobs_file=str(earlier)))
+        sample.sample(model, tokenizer, SampleConfig(start="a", logprobs=1, logprobs_file=str(earlier),
+                                                     logprobs_overwrite=True))
     assert earlier.read_text() == "an earlier run's log-probabilities\n"
     assert [p.name for p in tmp_path.iterdir()] == ["lp.jsonl"]
 
@@ -350,3 +354,31 @@ def test_prompts_per_line_sample_each_prompt_as_alone_in_one_batch(tmp_path):
     (tmp_path / "blank.txt").write_text("\n \n")
     with pytest.raises(UserError, match="has no line with text"):
         sample.sample(model, tokenizer, SampleConfig(start=f"FILE:{tmp_path / 'blank.txt'}", prompts_per_line=True))
+
+
+@torch.no_grad()
+def test_logprobs_go_beside_the_run_and_never_over_a_file_there(tmp_path, monkeypatch):
+    """Was: logprobs.jsonl in the folder the command ran from (the repository's root, not ignored), replaced
+    without a word. Now beside the run (out_dir, or the checkpoint init_from names) or where --logprobs_file says,
+    and a file already there is kept, byte for byte, unless --logprobs_overwrite=True."""
+    model, tokenizer = tiny_model("learned"), CharTokenizer(CHARS)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    config = SampleConfig(start="a", max_new_tokens=4, num_samples=1, out_dir=str(tmp_path / "run"), logprobs=1)
+    sample.sample(model, tokenizer, config)
+    written = (tmp_path / "run" / "logprobs.jsonl").read_bytes()
+    assert len(written.splitlines()) == 4 and not list((tmp_path / "here").iterdir())
+    with pytest.raises(UserError, match=r"logprobs\.jsonl is already there .*; give --logprobs_overwrite=True to "
+                                        r"replace it, or another --logprobs_file=PATH"):
+        sample.sample(model, tokenizer, replace(config, seed=7))
+    assert (tmp_path / "run" / "logprobs.jsonl").read_bytes() == written
+    sample.sample(model, tokenizer, replace(config, seed=7, logprobs_overwrite=True))
+    assert (tmp_path / "run" / "logprobs.jsonl").read_bytes() != written
+    (tmp_path / "run" / "ckpt.pt").write_bytes(b"")  # init_from names it: beside it
+    assert sample.logprobs_path(replace(config, init_from=str(tmp_path / "run" / "ckpt.pt"))) == \
+        tmp_path / "run" / "logprobs.jsonl"
+    assert sample.logprobs_path(replace(config, logprobs_file="lp.jsonl")) == Path("lp.jsonl")
+    with pytest.raises(UserError, match=r"init_from='gpt2' is no run of ours .*; give --logprobs_file=PATH"):
+        sample.sample(model, tokenizer, replace(config, init_from="gpt2"))
+    assert not list((tmp_path / "here").iterdir())

@@ -9,6 +9,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import site
 import subprocess
@@ -94,6 +96,37 @@ def test_warmup_past_lr_decay_iters_runs_like_nanogpt():
     assert [get_lr(it, config) for it in (0, 9, 10, 11, 500)] == pytest.approx([1 / 11, 10 / 11, 0.1, 0.1, 0.1])
     equal = TrainConfig(learning_rate=1.0, min_lr=0.1, warmup_iters=5, lr_decay_iters=5)
     assert [get_lr(it, equal) for it in (4, 5, 6)] == pytest.approx([5 / 6, 0.1, 0.1])
+
+
+@pytest.mark.parametrize("warmup_iters, fraction, max_iters", [(100, 0.2, 120), (100, 0.2, 10), (7, 0.5, 9),
+                                                                 (33, 0.9, 40), (2, 0.5, 3), (250, 0.37, 300)])
+def test_a_wsd_decay_inside_the_warmup_names_the_values_that_work(warmup_iters, fraction, max_iters):
+    """Was: "... would start at step 96, inside the warmup_iters=100; lower one of them". The refusal names the
+    smallest max_iters at this warmup and the largest warmup at this max_iters; both are accepted, and one step
+    past either is refused (found here by counting up and down, the decay start written out as in schedule.py's
+    docstring: max_iters - round(fraction * max_iters))."""
+    def start(m):
+        return m - round(fraction * m)
+
+    settings = dict(lr_schedule="wsd", warmup_iters=warmup_iters, wsd_decay_fraction=fraction)
+    with pytest.raises(ValueError) as refused:
+        TrainConfig(**settings, max_iters=max_iters)
+    message = str(refused.value)
+    smallest = int(re.search(r"--max_iters=(\d+) or more", message).group(1))
+    largest = int(re.search(r"--warmup_iters=(\d+) or less", message).group(1))
+    assert smallest == next(m for m in range(10**6) if start(m) >= warmup_iters)
+    assert largest == start(max_iters)
+    TrainConfig(**settings, max_iters=smallest)
+    TrainConfig(**{**settings, "warmup_iters": largest}, max_iters=max_iters)
+    with pytest.raises(ValueError, match="inside the warmup_iters"):
+        TrainConfig(**settings, max_iters=smallest - 1)
+    with pytest.raises(ValueError, match="inside the warmup_iters"):
+        TrainConfig(**{**settings, "warmup_iters": largest + 1}, max_iters=max_iters)
+
+
+def test_a_wsd_decay_over_the_whole_run_needs_no_warmup():
+    with pytest.raises(ValueError, match=r"would start at step 0, inside the warmup_iters=5; give --warmup_iters=0"):
+        TrainConfig(lr_schedule="wsd", warmup_iters=5, wsd_decay_fraction=1.0, max_iters=50)
 
 
 # ---- learning -----------------------------------------------------------------------------------------------
@@ -588,3 +621,89 @@ def test_resume_from_the_command_line_takes_the_runs_own_settings(tmp_path, char
     assert [line for line in err.splitlines() if line.startswith("note:")] == [
         "note: resuming with learning_rate=0.001 (the run's: 0.003); every other setting is the run's"]
 
+
+
+def rates(out_dir) -> dict[int, float]:
+    """{step: its learning rate} from metrics.jsonl (log_interval=1: the line after step s has iter s + 1)."""
+    return {record["iter"] - 1: record["lr"] for record in metrics(out_dir) if "lr" in record}
+
+
+def test_resuming_a_finished_wsd_run_longer_names_the_decay_it_moves(tmp_path, char_data, capsys):
+    """Was: --init_from=resume --max_iters=16 on a wsd run that ended at 8 went from the end of its decay back to
+    the peak without a word. The schedule is computed from the settings as given (a longer wsd budget moves its
+    decay); a resume that changes the rate of the steps the run trained says so in one line, and the hint it
+    gives holds min_lr from there. Rates against the formula written here: warmup lr * (s + 1) / (warmup + 1),
+    then lr, then min + (lr - min) * (1 - sqrt((s - start) / decay)) over the last round(0.25 * max_iters)."""
+    lr, low = 1e-2, 1e-3
+
+    def wsd(step, max_iters):
+        decay = round(0.25 * max_iters)
+        if step < 1:
+            return lr * (step + 1) / 2
+        if step < max_iters - decay:
+            return lr
+        return low + (lr - low) * (1 - math.sqrt((step - (max_iters - decay)) / decay))
+
+    own = dict(lr_schedule="wsd", wsd_decay_fraction=0.25, warmup_iters=1, learning_rate=lr, min_lr=low,
+               eval_interval=8, log_interval=1)
+    assert cli(train_module.main, flags(tmp_path / "a", char_data, max_iters=8, **own), capsys)[0] == 0
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    resume = ["--init_from=resume", "--progress=False", f"--dataset={char_data}"]
+    code, _, err = cli(train_module.main, [f"--out_dir={tmp_path / 'a'}", "--max_iters=16", *resume], capsys)
+    assert code == 0, err
+    ran = rates(tmp_path / "a")
+    assert list(ran) == list(range(16))
+    assert [ran[s] for s in range(8)] == pytest.approx([wsd(s, 8) for s in range(8)], rel=1e-12)
+    assert [ran[s] for s in range(8, 16)] == pytest.approx([wsd(s, 16) for s in range(8, 16)], rel=1e-12)
+    assert ran[8] == lr and ran[7] < lr / 2  # back up to the peak
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: max_iters 8 → 16 moves the learning-rate schedule under the run: the rate goes from "
+                     f"{wsd(7, 8):.3g} at step 7 to 0.01 at step 8, holds learning_rate=0.01 to step 12, then decays "
+                     "to min_lr=0.001 over steps 12–16 (wsd, 1-sqrt); to hold min_lr=0.001 from here instead, give "
+                     "--lr_schedule=cosine --warmup_iters=0 --lr_decay_iters=0"]
+    hold = ["--max_iters=12", "--lr_schedule=cosine", "--warmup_iters=0", "--lr_decay_iters=0"]
+    code, _, err = cli(train_module.main, [f"--out_dir={tmp_path / 'b'}", *hold, *resume], capsys)
+    assert code == 0, err
+    assert [rates(tmp_path / "b")[s] for s in range(8, 12)] == [low] * 4
+    assert "holds min_lr=0.001 (past lr_decay_iters=0)" in err
+
+
+def test_resuming_a_cosine_run_longer_names_a_moved_lr_decay_iters(tmp_path, char_data, capsys):
+    """A cosine run's schedule ends at lr_decay_iters, not max_iters: a longer max_iters alone continues at min_lr
+    (nanoGPT's) and is not named; a longer lr_decay_iters moves the cosine under the steps trained and is."""
+    lr, low = 1e-2, 1e-3
+    own = dict(warmup_iters=1, learning_rate=lr, min_lr=low, lr_decay_iters=6, eval_interval=6, log_interval=1)
+    assert cli(train_module.main, flags(tmp_path / "a", char_data, max_iters=6, **own), capsys)[0] == 0
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    resume = ["--init_from=resume", "--progress=False", f"--dataset={char_data}"]
+    code, _, err = cli(train_module.main, [f"--out_dir={tmp_path / 'a'}", "--max_iters=8", *resume], capsys)
+    assert code == 0 and "note:" not in err, err
+    assert [rates(tmp_path / "a")[s] for s in (6, 7)] == [low, low]
+    code, _, err = cli(train_module.main, [f"--out_dir={tmp_path / 'b'}", "--max_iters=8", "--lr_decay_iters=11",
+                                           *resume], capsys)
+    assert code == 0, err
+
+    def cosine(step):  # warmup 1, the cosine from step 1 to 11
+        return low + 0.5 * (1 + math.cos(math.pi * (step - 1) / 10)) * (lr - low)
+
+    assert [rates(tmp_path / "b")[s] for s in (6, 7)] == pytest.approx([cosine(6), cosine(7)], rel=1e-12)
+    assert (f"note: lr_decay_iters 6 → 11, max_iters 6 → 8 moves the learning-rate schedule under the run: the rate "
+            f"goes from {low + 0.5 * (1 + math.cos(math.pi * 4 / 5)) * (lr - low):.3g} at step 5 to "
+            f"{cosine(6):.3g} at step 6, follows the cosine down to min_lr=0.001 at step 11; to hold") in err
+
+
+def test_a_resumed_run_says_where_its_dtype_came_from_and_its_bits_per_byte(run_copy, capsys):
+    """Was: a resumed run printed dtype=float32 (as asked) when no dtype was given; now the run's own, and as asked
+    when given. The done line gives the best val loss in bits per byte too: that of the evaluation it came from."""
+    resume = [f"--out_dir={run_copy / 'run'}", "--init_from=resume", "--progress=False",
+              f"--dataset={run_copy / 'data'}"]
+    code, out, err = cli(train_module.main, [*resume, "--max_iters=6"], capsys)
+    assert code == 0, err
+    assert "dtype=float32 (the resumed run's, recorded in its checkpoint)" in out and "as asked" not in out
+    best = min((r for r in metrics(run_copy / "run") if "val_loss" in r), key=lambda r: r["val_loss"])
+    done = out.strip().splitlines()[-1]
+    assert done.startswith(f"done: 6 iterations, best val loss {best['val_loss']:.4f} "
+                           f"({best['val_bits_per_byte']:.4f} bits/byte), ")
+    code, out, err = cli(train_module.main, [*resume, "--max_iters=7", "--dtype=float32"], capsys)
+    assert code == 0, err
+    assert "dtype=float32 (as asked)" in out

@@ -330,6 +330,21 @@ def test_bad_training_settings_are_one_line_before_anything_runs(run_copy, capsy
     assert digests(run_copy) == before and not (run_copy / "new").exists()
 
 
+def test_resuming_below_the_runs_step_is_refused(run_copy, capsys):
+    """Was (issue 57): --init_from=resume --max_iters=2 on a run at step 4 trained nothing, exit 0, "done: 4
+    iterations"; as into a new folder, it is one line now, the run as it was. At its own step a resume still runs
+    (a run stopped during its final evaluation finishes it)."""
+    before = digests(run_copy)
+    resume = [f"--out_dir={run_copy / 'run'}", "--init_from=resume", "--progress=False",
+              f"--dataset={run_copy / 'data'}"]
+    result = cli(train_module.main, [*resume, "--max_iters=2"], capsys)
+    assert_one_line_error(*result, "max_iters=2 is below step 4", "no step would train",
+                          "give a --max_iters above 4")
+    assert digests(run_copy) == before
+    code, out, err = cli(train_module.main, [*resume, "--max_iters=4"], capsys)
+    assert code == 0 and "done: 4 iterations" in out, err
+
+
 @pytest.mark.parametrize("argv, fragments", [
     (["--batch_size=1000000000"], ["batch_size=1000000000 x block_size=16", "GB for a step", "smaller batch_size"]),
     (["--gradient_accumulation_steps=1000000000"], ["gradient_accumulation_steps=1000000000)", "GB for a step"]),

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 import urllib.request
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ class PrepareConfig:
     val_fraction: float = 0.1  # share of the characters, taken from the end, held out for validation
     test_fraction: float = 0.1  # share held out for the final test, taken just before val (0: no test split)
     dtype: str = "auto"  # token dtype on disk: auto (uint16, uint32 when the vocabulary needs it) | uint16 | uint32
-    out_dir: str = ""  # where the dataset goes; empty: the preparer's own folder (data/<name>)
+    out_dir: str = ""  # where the dataset goes; empty: data/<name> (--input: data/<file name>_<tokenizer>)
     overwrite: bool = False  # replace a dataset already prepared in out_dir
     progress: bool = True  # show a tqdm bar while a BPE learns
 
@@ -216,16 +217,37 @@ def prepare_main(argv: list[str], out_dir: Path, tokenizer_kind: str, default_te
                 tokenizer = replace(tokenizer, tokenizer=tokenizer_kind)
             except ValueError as e:
                 raise OptionError(str(e)) from None
-        out = Path(config.out_dir) if config.out_dir else out_dir
+        out = Path(config.out_dir) if config.out_dir else default_out_dir(out_dir, config.input, tokenizer)
         check_overwrite(out, config.overwrite)  # before the text is read or a tokenizer learned
         text = read_text(config.input) if config.input else default_text()
         description = prepare(text, out, tokenizer, config, source=config.input or "default",
                               progress=config.progress)
         print(f"{out}: {description['kind']} vocab {description['vocab_size']}, train "
               f"{description['train_tokens']:,} tokens, val {description['val_tokens']:,} tokens, test "
-              f"{description['test_tokens']:,} tokens ({description['dtype']})")
+              f"{description['test_tokens']:,} tokens ({description['dtype']}); train on it with "
+              f"--dataset={dataset_name(out)}")
 
     main_guard(main, argv)
+
+
+def default_out_dir(preparer_dir: Path, input: str, tokenizer: TokenizerConfig) -> Path:
+    """Where a preparer writes without --out_dir: its own folder for its own text; for --input, a folder beside it
+    named after the file and the tokenizer, as the preparers' folders are (milton.txt: data/milton_char,
+    data/milton_gpt2, data/milton_bpe8192), never the folder of another corpus (one with a preparer of its own)."""
+    if not input:
+        return preparer_dir
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(input).stem).strip("._") or "text"
+    kind = f"bpe{tokenizer.vocab_size}" if tokenizer.tokenizer == "bpe" else tokenizer.tokenizer
+    folder = preparer_dir.parent / f"{name}_{kind}"
+    if (folder / "prepare.py").is_file():
+        raise UserError(f"--input={input!r} would be prepared into {folder}, the folder of data/{folder.name}/"
+                        "prepare.py's own text; give --out_dir=PATH for it")
+    return folder
+
+
+def dataset_name(folder: Path) -> str:
+    """What --dataset= names folder by (resolve_data_dir): its name under the repository's data/, else its path."""
+    return folder.name if folder.resolve().parent == REPO_ROOT / "data" else str(folder)
 
 
 def resolve_data_dir(dataset: str) -> Path:

@@ -8,7 +8,9 @@ that a run resumed or branched at any step continues the same sequence.
           constant-rate run at step B - decay (what ablate.py's budgets do).
 """
 
+import bisect
 import math
+import types
 import typing
 
 SCHEDULES = ("cosine", "wsd")
@@ -26,6 +28,11 @@ class ScheduleSettings(typing.Protocol):
     max_iters: int  # wsd: the budget its decay ends at
     wsd_decay_fraction: float
     wsd_decay_shape: str  # one of DECAY_SHAPES
+
+
+# What a schedule's shape reads: learning_rate and min_lr only scale it.
+SHAPE_FIELDS = ("decay_lr", "lr_schedule", "warmup_iters", "lr_decay_iters", "max_iters", "wsd_decay_fraction",
+                "wsd_decay_shape")
 
 
 def warmup_lr(it: int, learning_rate: float, warmup_iters: int) -> float:
@@ -55,7 +62,7 @@ def wsd_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, max_
     if it < warmup_iters:
         return warmup_lr(it, learning_rate, warmup_iters)
     decay = wsd_decay_iters(max_iters, decay_fraction)
-    start = max_iters - decay
+    start = wsd_decay_start(max_iters, decay_fraction)
     if it < start:
         return learning_rate
     progress = min(1.0, (it - start) / decay)
@@ -85,8 +92,66 @@ def check_schedule(config: ScheduleSettings) -> None:
         raise ValueError("lr_schedule='wsd' decays the learning rate, but decay_lr=False holds it constant; drop "
                          "--decay_lr=False to decay it, or --lr_schedule=wsd for a constant rate")
     if config.lr_schedule == "wsd":
-        stable_end = config.max_iters - wsd_decay_iters(config.max_iters, config.wsd_decay_fraction)
-        if stable_end < config.warmup_iters:
-            raise ValueError(f"lr_schedule='wsd': the decay (wsd_decay_fraction={config.wsd_decay_fraction} of "
-                             f"max_iters={config.max_iters}) would start at step {stable_end}, inside the "
-                             f"warmup_iters={config.warmup_iters}; lower one of them")
+        fraction, warmup = config.wsd_decay_fraction, config.warmup_iters
+        stable_end = wsd_decay_start(config.max_iters, fraction)
+        if stable_end < warmup:
+            fix = (f"give --max_iters={smallest_wsd_max_iters(warmup, fraction)} or more, or --warmup_iters="
+                   f"{stable_end} or less" if fraction < 1 else "give --warmup_iters=0, or a smaller fraction")
+            raise ValueError(f"lr_schedule='wsd': the decay (wsd_decay_fraction={fraction} of max_iters="
+                             f"{config.max_iters}) would start at step {stable_end}, inside the warmup_iters="
+                             f"{warmup}; {fix}")
+
+
+def wsd_decay_start(max_iters: int, decay_fraction: float) -> int:
+    """The step a wsd run's decay starts at: max_iters - wsd_decay_iters. It never falls as max_iters grows (the
+    decay grows by at most one step a step, for a fraction below 1)."""
+    return max_iters - wsd_decay_iters(max_iters, decay_fraction)
+
+
+def smallest_wsd_max_iters(warmup_iters: int, decay_fraction: float) -> int:
+    """The smallest max_iters whose wsd decay (decay_fraction < 1) starts at or after warmup_iters. The decay start
+    is within half a step of (1 - fraction) * max_iters, so the answer lies below (warmup_iters + 1) / (1 - fraction)
+    and is found by bisection there."""
+    high = math.ceil((warmup_iters + 1) / (1 - decay_fraction))
+    return bisect.bisect_left(range(high + 1), True,
+                              key=lambda max_iters: wsd_decay_start(max_iters, decay_fraction) >= warmup_iters)
+
+
+def moved_schedule(step: int, trained: dict, config: ScheduleSettings) -> str:
+    """"" where config's schedule, resuming at step the run whose settings were trained (its checkpoint's), gives
+    the steps it has trained the rates they had; else the one line that says what moved the schedule and what the
+    rate does from here. A resumed run's schedule is computed from its settings as given, and a longer wsd
+    max_iters moves the decay later: a run that had decayed goes back up to learning_rate. Only the shape counts
+    (a learning_rate given on resume is named with the other settings), and only the last step trained: an
+    unfinished wsd run given a longer max_iters before its decay trains on as one longer run would."""
+    if not 0 < step < config.max_iters:  # nothing trained yet, or nothing will train
+        return ""
+    ran = types.SimpleNamespace(**{name: trained.get(name, getattr(config, name))
+                                   for name in (*SHAPE_FIELDS, "learning_rate", "min_lr")})
+    shape = types.SimpleNamespace(**{**vars(ran), "learning_rate": config.learning_rate, "min_lr": config.min_lr})
+    if math.isclose(get_lr(step - 1, shape), get_lr(step - 1, config), rel_tol=1e-9):
+        return ""
+    changed = ", ".join(f"{name} {getattr(ran, name)} → {getattr(config, name)}" for name in SHAPE_FIELDS
+                        if getattr(ran, name) != getattr(config, name))
+    last, now = get_lr(step - 1, ran), get_lr(step, config)
+    hold = (f"; to hold min_lr={config.min_lr:g} from here instead, give --lr_schedule=cosine --warmup_iters=0 "
+            "--lr_decay_iters=0" if now > last and config.decay_lr else "")  # back up: offer the run's floor
+    return (f"note: {changed} moves the learning-rate schedule under the run: the rate goes from {last:.3g} at "
+            f"step {step - 1} to {now:.3g} at step {step}, {rates_from(step, config)}{hold}")
+
+
+def rates_from(step: int, config: ScheduleSettings) -> str:
+    """What the rate does from step (< max_iters) to the end of the run, in words."""
+    if not config.decay_lr:
+        return "and holds it to the end"
+    warmup = (f"warms up to learning_rate={config.learning_rate:g} at step {config.warmup_iters}, then "
+              if step < config.warmup_iters else "")
+    if config.lr_schedule == "wsd":
+        start, end = wsd_decay_start(config.max_iters, config.wsd_decay_fraction), config.max_iters
+        decay = f"decays to min_lr={config.min_lr:g} over steps {start}–{end} (wsd, {config.wsd_decay_shape})"
+        if step < start:
+            return f"{warmup}holds learning_rate={config.learning_rate:g} to step {start}, then {decay}"
+        return f"{warmup}{decay}"
+    if step >= config.lr_decay_iters:
+        return f"{warmup}holds min_lr={config.min_lr:g} (past lr_decay_iters={config.lr_decay_iters})"
+    return f"{warmup}follows the cosine down to min_lr={config.min_lr:g} at step {config.lr_decay_iters}"
