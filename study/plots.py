@@ -257,7 +257,7 @@ def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cel
 
 # A name longer than this wraps onto more lines (the paired plot's rows, its panel titles): one 90-character cell
 # name on one line took the whole width of the figure and left its panel a sliver.
-NAME_WIDTH, TITLE_WIDTH = 44, 80
+NAME_WIDTH, TITLE_WIDTH = 40, 80
 
 
 def wrapped(text: str, width: int = NAME_WIDTH) -> str:
@@ -285,7 +285,7 @@ def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
         ax.errorbar(row["mean"], yi, xerr=xerr, fmt="o", color=color, capsize=5, markersize=7,
                     markerfacecolor=color if row["significant"] else "white")
     ax.axvline(0, color="black", linewidth=1)
-    ax.set_yticks(y, [wrapped(label) for label in labels])
+    ax.set_yticks(y, [wrapped(label) for label in labels], fontsize=10)
     ax.set_ylim(-0.6, len(rows) - 0.2)
     ax.margins(x=0.1)
     notes = ax.twinx()  # the notes beside the axes, where no point or bar can run into them
@@ -333,7 +333,7 @@ def paired_panels(families: dict[str, list[dict]], study: dict, reference: str,
 
 def row_inches(labels: list[str]) -> float:
     """The height of a forest panel's rows: a row per name, taller for a name wrapped onto more lines."""
-    return sum(max(0.5, 0.24 * (wrapped(label).count("\n") + 1) + 0.1) for label in labels)
+    return sum(max(0.5, 0.2 * (wrapped(label).count("\n") + 1) + 0.1) for label in labels)
 
 
 def plot_paired(study_dir: Path, families: dict[str, list[dict]], study: dict, reference: str,
