@@ -8,7 +8,8 @@ Cells. --variants lists cells; a cell is a pos_encoding value ("rope"), or name=
 GPTConfig/TrainConfig field separated by spaces ("pos_encoding=sinusoidal sinusoidal_amplitude=1.0", or
 "sinusoidal sinusoidal_amplitude=1.0"). --grid adds the cross product "name=v1,v2;name2=v3,v4" (";" between fields,
 "," between values). A cell's settings override the config file and flags; everything else is the same for all.
-Tables and plots name a cell as a person writes it ("sinusoidal 1.0").
+Tables and plots name a cell as a person writes it ("sinusoidal 1.0"), or by a label the config gives it
+(labels = ["GPT-2 track: learned optimizer=muon"]; its folder and records keep its name).
 
 Finetunes of a trained cell. A cell with from_cell=<cell> (a cell listed before it) starts each seed's run from
 that cell's final checkpoint of the same seed, as train.py --init_from=<its ckpt.pt> does: a new run of its own

@@ -19,6 +19,14 @@ variants = [
     "rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 "
     "qk_norm=True max_iters=250",
 ]
+# Names the tables and plots give the cells (each cell written as in variants; its folder and records keep its name)
+labels = [
+    "nanoGPT's recipe: learned",
+    "GPT-2 track: learned lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 "
+    "max_iters=500",
+    "open track: rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 batch_size=24 "
+    "qk_norm=True max_iters=250",
+]
 seeds = 5
 first_seed = 1342  # the target used 1337..1341, the search 200000 on
 eval_split = "test"

@@ -133,6 +133,31 @@ def cell_label(cell: dict[str, object]) -> str:
     return " ".join(parts) or "base"
 
 
+def given_labels(ablate: AblateConfig, cells: list[dict[str, object]]) -> dict[str, str]:
+    """{cell name: the label a person gave it} from --labels' "label: cell" entries (the cell as --variants writes
+    it); tables and plots show the label, the cell's folder and records keep its name. A label of no cell, a cell
+    labelled twice or two cells of one label is one line."""
+    names = [cell_name(c) for c in cells]
+    found: dict[str, str] = {}
+    for entry in ablate.labels:
+        label, colon, variant = (part.strip() for part in entry.partition(":"))
+        if not colon or not label or not variant:
+            raise OptionError(f"labels entry {entry!r} must be 'label: cell', e.g. 'GPT-2 track: learned "
+                              "optimizer=muon'")
+        name = cell_name(parse_cell(variant))
+        if name not in names:
+            raise OptionError(f"labels entry {entry!r}: {name!r} is not one of the cells {names}; write the cell as "
+                              "--variants does")
+        if name in found:
+            raise OptionError(f"labels: cell {name!r} is labelled twice ({found[name]!r} and {label!r}); give one")
+        found[name] = label
+    shown = [found.get(name, cell_label(cell)) for name, cell in zip(names, cells, strict=True)]
+    repeated = sorted({label for label in found.values() if shown.count(label) > 1})
+    if repeated:
+        raise OptionError(f"labels: {repeated[0]!r} would name two cells; give each cell a label of its own")
+    return found
+
+
 def configured_cells(cells: list[dict], train_config: TrainConfig, model_config: GPTConfig) -> list[Cell]:
     """Each cell with its configs; a setting a config refuses (dropout=1.5, a misspelt encoding, rope with an odd
     head size) is one line naming the cell, before anything trains. A cell's own learning_rate scales min_lr with

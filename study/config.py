@@ -42,6 +42,7 @@ class AblateConfig:
     sliding_window: int = 0  # most tokens a sliding-window forward holds (context + the token); 0: block_size
     sliding_stride: int = 0  # tokens a sliding window advances (scored per piece); 0: a quarter of the window
     eval_batch_size: int = 64  # windows per forward pass in the evaluation
+    labels: list[str] = field(default_factory=list)  # names tables and plots give cells: "GPT-2 track: <the cell>"
     reference: str = ""  # the cell that the paired-difference plot compares every other cell to; "": the first
     compare_to: list[str] = field(default_factory=list)  # paired tests of each cell with these only; []: every pair
     target_loss: float = 0.0  # time to target (docs/speedrun.md): eval_split's loss at L = block_size; 0: none

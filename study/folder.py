@@ -19,7 +19,7 @@ from train import TrainConfig
 
 # AblateConfig fields that say how a study runs or is reported, not what it measures: they are not part of study.json.
 OPERATIONAL = ("study_dir", "threads", "jobs", "run_index", "report_only", "list_runs", "overwrite",
-               "eval_batch_size", "reference", "compare_to", "target_loss", "time_limit", "keep_checkpoints")
+               "eval_batch_size", "labels", "reference", "compare_to", "target_loss", "time_limit", "keep_checkpoints")
 # In a study's identity only when extra_budgets is set (study.json files from before them lack them).
 EXTRA_FIELDS = ("extra_budgets", "extra_variants", "extra_seeds")
 STUDY_FILE = "study.json"  # what the study in a folder is: a different one there is refused without --overwrite

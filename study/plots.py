@@ -255,8 +255,27 @@ def plot_loss_by_position(study_dir: Path, records: list[dict], study: dict, cel
     return "loss_by_position"
 
 
+# A name longer than this wraps onto more lines (the paired plot's rows, its panel titles): one 90-character cell
+# name on one line took the whole width of the figure and left its panel a sliver.
+NAME_WIDTH, TITLE_WIDTH = 40, 80
+
+
+def wrapped(text: str, width: int = NAME_WIDTH) -> str:
+    return textwrap.fill(text, width, break_on_hyphens=False)
+
+
+def seeds_lower(row: dict) -> str:
+    """In how many of the pair's seeds the first is lower, of how many: "3/5", the one count tables and plots give."""
+    return f"{row['a_wins']}/{row['n']}"
+
+
+def paired_note(row: dict) -> str:
+    return row["untested"] or f"lower in {seeds_lower(row)} seeds, p = {row['p']:.2g}"
+
+
 def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
-    """Paired differences: each seed's (dots), their mean and its interval (red: the interval excludes 0)."""
+    """Paired differences: each seed's (dots), their mean and its interval (red: the interval excludes 0); each row
+    named on the left, its count of seeds and p on the right."""
     y = np.arange(len(rows))[::-1]
     for yi, row in zip(y, rows, strict=True):
         color = "tab:red" if row["significant"] else "tab:gray"
@@ -265,41 +284,68 @@ def forest(ax, rows: list[dict], labels: list[str], title: str) -> None:
         xerr = np.nan_to_num([[row["mean"] - row["low"]], [row["high"] - row["mean"]]])
         ax.errorbar(row["mean"], yi, xerr=xerr, fmt="o", color=color, capsize=5, markersize=7,
                     markerfacecolor=color if row["significant"] else "white")
-        note = row["untested"] or f"lower in {row['a_wins']}/{row['n']} seeds, p = {row['p']:.2g}"
-        ax.annotate(f"  {note}", (row["mean"] + xerr[1][0], yi), fontsize=9, va="center")
     ax.axvline(0, color="black", linewidth=1)
-    ax.set_yticks(y, labels)
+    ax.set_yticks(y, [wrapped(label) for label in labels], fontsize=10)
     ax.set_ylim(-0.6, len(rows) - 0.2)
-    ax.margins(x=0.4)
-    ax.set_title(title, loc="left")
+    ax.margins(x=0.1)
+    notes = ax.twinx()  # the notes beside the axes, where no point or bar can run into them
+    notes.set_ylim(ax.get_ylim())
+    notes.set_yticks(y, [paired_note(row) for row in rows], fontsize=9)
+    notes.grid(False)
+    ax.set_title(wrapped(title, TITLE_WIDTH), loc="left")
     unit = rows[0].get("unit", "nats/token")  # bits/byte where the cells tokenize differently (study_report)
     ax.set_xlabel(f"loss difference ({unit}); negative: the first is better")
 
 
 def flipped(row: dict) -> dict:
     """The same comparison as b − a."""
-    return {**row, "mean": -row["mean"], "low": -row["high"], "high": -row["low"], "a": row["b"], "b": row["a"],
-            "a_wins": row["b_wins"], "b_wins": row["a_wins"], "differences": [-d for d in row["differences"]]}
+    swapped = {"a": row["b"], "b": row["a"], "a_wins": row["b_wins"], "b_wins": row["a_wins"]}
+    if "a_protocol" in row:
+        swapped.update(a_protocol=row["b_protocol"], b_protocol=row["a_protocol"])
+    if "mean_bits_per_byte" in row:
+        swapped["mean_bits_per_byte"] = -row["mean_bits_per_byte"]
+    return {**row, **swapped, "mean": -row["mean"], "low": -row["high"], "high": -row["low"],
+            "differences": [-d for d in row["differences"]]}
 
 
-def plot_paired(study_dir: Path, families: dict[str, list[dict]], study: dict, reference: str) -> str | None:
+def against(row: dict, reference: str) -> dict:
+    """A pair as the tables and the plots show it: the other cell − the reference where the reference is one of
+    the two (negative: better than the reference), any other pair as it was compared."""
+    return flipped(row) if row["a"] == reference != row["b"] else row
+
+
+def paired_panels(families: dict[str, list[dict]], study: dict, reference: str,
+                  extended: set[str] = frozenset()) -> list[tuple[list[dict], list[str], str]]:
+    """What plot_paired draws, (rows, their names, title) per panel: every cell − the reference at block_size, and
+    each cell's whole window − its sliding window at the longest length. The extended cells (from_cell) are left
+    to their own figure (plot_extension)."""
+    block_size, longest = study["block_size"], max(study["lengths"])
+    versus = [against(r, reference) for r in families["training length"]
+              if reference in (r["a"], r["b"]) and not extended & {r["a"], r["b"]}]
+    extrapolation = [r for r in families.get("extrapolation against the sliding window", [])
+                     if r["length"] == longest and r["a"] not in extended]
+    panels = [(versus, [f"{r['a']} − {reference}" for r in versus],
+               f"At L = block_size = {block_size}: cell − {reference}, seed by seed"),
+              (extrapolation, [r["a"] for r in extrapolation],
+               f"At L = {longest}: whole window − sliding window of the same model, seed by seed")]
+    return [panel for panel in panels if panel[0]]
+
+
+def row_inches(labels: list[str]) -> float:
+    """The height of a forest panel's rows: a row per name, taller for a name wrapped onto more lines."""
+    return sum(max(0.5, 0.2 * (wrapped(label).count("\n") + 1) + 0.1) for label in labels)
+
+
+def plot_paired(study_dir: Path, families: dict[str, list[dict]], study: dict, reference: str,
+                extended: set[str] = frozenset()) -> str | None:
     """The reference cell against every other cell at block_size, and each cell's extrapolation against its own
     sliding window at the longest length."""
-    block_size, longest = study["block_size"], max(study["lengths"])
-    against = [r if r["b"] == reference else flipped(r) for r in families["training length"]
-               if reference in (r["a"], r["b"])]
-    extrapolation = [r for r in families.get("extrapolation against the sliding window", [])
-                     if r["length"] == longest]
-    panels = [(against, [f"{r['a']} − {reference}" for r in against],
-               f"At L = block_size = {block_size}: cell − {reference}, seed by seed")]
-    panels.append((extrapolation, [r["a"] for r in extrapolation],
-                   f"At L = {longest}: whole window − sliding window of the same model, seed by seed"))
-    panels = [p for p in panels if p[0]]
+    panels = paired_panels(families, study, reference, extended)
     if not panels:
         return None
     plt = pyplot()
-    heights = [1 + 0.55 * len(p[0]) for p in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 1.2 + sum(heights)), squeeze=False, layout="constrained",
+    heights = [1.3 + row_inches(labels) for _, labels, _ in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 0.8 + sum(heights)), squeeze=False, layout="constrained",
                              gridspec_kw={"height_ratios": heights})
     for ax, (rows, labels, title) in zip(axes[:, 0], panels, strict=True):
         forest(ax, rows, labels, title)
@@ -559,7 +605,7 @@ def plot_all(study_dir: Path, rows: list[dict], records: list[dict], families: d
              plot_loss_vs_length(study_dir, rows, study) if len(study["lengths"]) > 1 else None,
              extension,
              plot_loss_by_position(study_dir, records, study, cells, reference),
-             plot_paired(study_dir, families, study, reference),
+             plot_paired(study_dir, families, study, reference, set(from_cells)),
              plot_similarity(study_dir, tables) if tables is not None else None,
              plot_sweep(study_dir, rows, records, study),
              plot_budgets(study_dir, budgets, study) if len(budgets["by_budget"]) > 1 else None]

@@ -18,7 +18,7 @@ from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry, untrained_buckets
 from study.paired_stats import CONFIDENCE, holm, interval, paired, plus_minus, tost, verdict
 from study.plan import StudyRun, control_cells
-from study.plots import plot_all, plot_time_to_target, seed_entries, write_report_file
+from study.plots import against, plot_all, plot_time_to_target, seed_entries, seeds_lower, write_report_file
 from study.target import target_rows, target_table
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
@@ -122,21 +122,54 @@ def p_text(p: float) -> str:
     return "n/a" if math.isnan(p) else f"{p:.2g}"
 
 
-def comparison_table(rows: list[dict], block_size: int, labels: dict[str, str]) -> list[str]:
+def comparison_table(rows: list[dict], block_size: int, labels: dict[str, str], reference: str = "") -> list[str]:
+    """A family's pairs, each the other cell − the reference where the pair holds it (plots.against: the paired
+    plot's sign), with the seeds in which a is lower (plots.seeds_lower: the plot's count)."""
     def side(name: str, protocol: str, other: str) -> str:
         return f"{labels.get(name, name)} ({protocol})" if protocol != other else labels.get(name, name)
 
+    rows = [against(r, reference) for r in rows]
     tested = any("verdict" in r for r in rows)
     cells = [[length_label(r["length"], block_size), side(r["a"], r["a_protocol"], r["b_protocol"]),
               side(r["b"], r["b_protocol"], r["a_protocol"]), f"{r['mean']:+.4f}", interval_text(r),
-              f"{r['mean_bits_per_byte']:+.4f}", p_text(r["p"]), f"{r['a_wins']}/{r['b_wins']}",
-              "**yes**" if r["significant"] else "no",
+              f"{r['mean_bits_per_byte']:+.4f}", p_text(r["p"]), seeds_lower(r),
+              "yes" if r["significant"] else "no",
               "**yes**" if r["holm"] else "no"] + ([p_text(r["tost_p"]), f"**{r['verdict']}**"] if tested else [])
              for r in rows]
     columns = ["length", "a", "b", f"mean a − b ({rows[0]['unit']})", f"{CONFIDENCE:.0%} CI", "a − b (bits/byte)",
-               "p (paired t)", "seeds a/b lower", "CI excludes 0", "after Holm"]
+               "p (paired t)", "seeds a lower", "CI excludes 0", "after Holm"]
     columns += [f"p (TOST, ±{rows[0]['margin']:g})", "verdict"] if tested else []
     return markdown_table(columns, cells)
+
+
+# The families of every pair of cells (study_comparisons' pairs_of), which grow as the square of the cells
+PAIRS = ("training length", "training length, each cell at its own learning rate", "longer, nonoverlapping",
+         "longer, sliding")
+# A family of more pairs than this (every pair of 44 cells, at each length: 4,400 rows, 1.3 MB of results.md) shows
+# the pairs a person reads in results.md; results.json keeps every pair (python -m study.table prints them).
+SHOWN_PAIRS = 60
+
+
+def shown_pairs(rows: list[dict], reference: str, extended: set[str]) -> tuple[list[dict], str]:
+    """The rows of a family results.md shows and which they are: all of them (""), or for a large family the
+    pairs of cells that extend no other (from_cell), or fewer still, the pairs that hold the reference."""
+    if len(rows) <= SHOWN_PAIRS:
+        return rows, ""
+    bases = [r for r in rows if not extended & {r["a"], r["b"]}]
+    if len(bases) <= SHOWN_PAIRS:
+        return bases, "pairs of cells that extend no other"
+    return [r for r in bases if reference in (r["a"], r["b"])], "pairs with the reference"
+
+
+def family_lines(family: str, found: list[dict], study: dict, reference: str) -> list[str]:
+    """A family's section of results.md: its note and its table, and a line where it shows part of the family."""
+    shown, which = shown_pairs(found, reference, set(study["from_cells"])) if family in PAIRS else (found, "")
+    lines = ["", f"## Paired differences: {family}", "", FAMILY_NOTES[family]]
+    if which:
+        lines += ["", f"Shown: the {len(shown)} {which}, of the family's {len(found)} (Holm corrects over all of them "
+                  f"at each length; {sum(r['holm'] for r in found)} survive). Every pair: results.json, or "
+                  f"`python -m study.table --study={study['ablate_config']['study_dir']} --family=\"{family}\"`."]
+    return lines + ["", *comparison_table(shown, study["block_size"], study["labels"], reference)]
 
 
 def study_comparisons(records: list[dict], cells: list[str], lengths: list[int], ablate: AblateConfig,
@@ -252,8 +285,52 @@ FAMILY_NOTES = {
     "gives.",
 }
 
+TITLE_CELLS = 8  # cells a report's title names by their labels
+FEW_SEEDS = 5  # fewer seeds than this and the report's first line says a surviving comparison is a lead
 
-def header_lines(ablate: AblateConfig, plan: list[StudyRun], records: list[dict], study: dict) -> list[str]:
+
+def study_title(study: dict, cells: list[str]) -> str:
+    """"# Study: " and its cells' labels; past a few, the cells that extend others (from_cell) are counted."""
+    labels = list(dict.fromkeys(study["labels"][cell] for cell in cells))
+    bases = list(dict.fromkeys(study["labels"][cell] for cell in cells if cell not in study["from_cells"]))
+    if len(labels) <= TITLE_CELLS:
+        return f"# Study: {', '.join(labels)}"
+    shown = bases[:TITLE_CELLS]
+    more = [f"{len(bases) - len(shown)} more"] * (len(bases) > len(shown)) + [
+        f"{len(labels) - len(bases)} cells that extend them"] * (len(labels) > len(bases))
+    return f"# Study: {', '.join(shown)} and {' and '.join(more)}"
+
+
+def scope_line(study: dict, records: list[dict], families: dict[str, list[dict]]) -> str:
+    """What the study can and cannot conclude, in one line: its seeds, budget and split, and how many of its paired
+    comparisons survive Holm; few seeds are said to be few."""
+    seeds = min(len({r["seed"] for r in records if r["variant"] == cell})
+                for cell in dict.fromkeys(r["variant"] for r in records))
+    steps = sorted({r["budget"] for r in records})
+    budget = (f"each cell's own steps ({steps[0]}–{steps[-1]})" if study["own_steps"] and len(steps) > 1
+              else f"{study['headline_budget']} steps")
+    others = sorted(set(study["ablate_config"]["budgets"]) - {study["headline_budget"]})
+    budget += f" (other budgets: {', '.join(map(str, others))})" if others and not study["own_steps"] else ""
+    pairs = [r for found in families.values() for r in found]
+    margin = study["ablate_config"]["equivalence_margin"]
+    survived = (f"{sum(r['holm'] for r in pairs)} of {len(pairs)} paired comparisons survive Holm's correction"
+                + (f", {sum(r.get('equivalent', False) for r in pairs)} are equivalent within ±{margin:g}" if margin
+                   else "") if pairs else "one cell: no paired comparison")
+    if seeds == 1:
+        few = "with 1 seed no comparison is tested: the tables rank single runs, and a rerun may reorder them"
+    elif seeds < FEW_SEEDS:
+        few = (f"with {seeds} seeds each interval rests on {seeds - 1} degree{'s' * (seeds > 2)} of freedom: "
+               "a comparison that survives is a lead to rerun with more seeds, not a settled result")
+    else:
+        few = ""
+    split = study["split"] + (" (the split choices are made on: confirm on test)" if study["split"] == "val" else "")
+    return (f"**What this study can conclude:** {seeds} seed{'s' * (seeds > 1)} per cell, {budget}, scored on the "
+            f"{split} split; {survived}. It says nothing of other budgets, data or model sizes" + (
+                f"; {few}" if few else "") + ".")
+
+
+def header_lines(ablate: AblateConfig, plan: list[StudyRun], records: list[dict], study: dict,
+                 families: dict[str, list[dict]]) -> list[str]:
     first, model_config = plan[0].train_config, plan[0].model_config
     window, stride = sliding_geometry(ablate, model_config.block_size)
     budget = ("each cell's own steps (the steps column)" if study["own_steps"] else
@@ -271,7 +348,7 @@ def header_lines(ablate: AblateConfig, plan: list[StudyRun], records: list[dict]
     # The runs' threads (the order of a float sum changes with them), not this process's; older records lack them
     threads = " or ".join(str(n) for n in sorted({r["provenance"].get("threads", 0) for r in records}) if n) or "?"
     lines = [
-        f"# Study: {', '.join(dict.fromkeys(study['labels'][r.variant] for r in plan))}", "",
+        study_title(study, [r.variant for r in plan]), "", scope_line(study, records, families), "",
         (f"Dataset `{first.dataset}`, scored on its **{study['split']}** split ({counts['tokens']:,} tokens, "
          f"{counts['bytes']:,} bytes, {counts['chars']:,} characters)" if one_split(records) else
          f"Datasets {', '.join(sorted({f'`{r.dataset}`' for r in (run.train_config for run in plan)}))}, each "
@@ -428,7 +505,7 @@ def comparison_notes(families: dict[str, list[dict]], margin: float) -> list[str
 
 def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[dict]], records: list[dict],
                   header: list[str], study: dict, plots: list[str], budgets: dict, target: list[dict] | None) -> None:
-    block_size, labels = study["block_size"], study["labels"]
+    labels = study["labels"]
     lines = header + ["", *main_table(rows, study)]
     if target:
         config = study["ablate_config"]
@@ -439,10 +516,10 @@ def write_results(study_dir: Path, rows: list[dict], families: dict[str, list[di
     if study["lr_sweep"]:
         lines += learning_rate_table(study["lr_sweep"], rows, study, records[0]["settings"]["train_config"][
             "learning_rate"])
+    reference = study["ablate_config"]["reference"] or study["cells"][0]
     for family, found in families.items():
         if found:
-            lines += ["", f"## Paired differences: {family}", "", FAMILY_NOTES[family], "",
-                      *comparison_table(found, block_size, labels)]
+            lines += family_lines(family, found, study, reference)
     lines += comparison_notes(families, study["ablate_config"]["equivalence_margin"])
     lines += [""] + [f"![{name}]({name}.png)" for name in plots]
     results = {"results.md": "\n".join(lines) + "\n", "results.csv": results_csv(rows, budgets),
@@ -546,7 +623,7 @@ def report_study(study_dir: Path, plan: list[StudyRun], records: list[dict], stu
         r["budget"] for r in headline if r["variant"] == reference)) if ablate.target_loss else None
     if target:
         plots.append(plot_time_to_target(study_dir, target, study, ablate.target_loss))
-    write_results(study_dir, rows, families, headline, header_lines(ablate, headline_plan, headline, study), study,
-                  plots, budgets, target)
+    header = header_lines(ablate, headline_plan, headline, study, families)
+    write_results(study_dir, rows, families, headline, header, study, plots, budgets, target)
     return {"summary": rows, "comparisons": families, "budgets": budgets, "runs": records,
             **({"target": target} if target else {})}

@@ -11,7 +11,7 @@ import torch
 
 from errors import OptionError, UserError
 from model import GPTConfig
-from study.cells import cell_name, study_cells, with_resolved_dtype
+from study.cells import cell_name, given_labels, study_cells, with_resolved_dtype
 from study.config import AblateConfig
 from study.evaluation import eval_lengths, sliding_geometry, untrained_buckets
 from study.folder import check_own_folders
@@ -24,6 +24,10 @@ from text.dataset import check_recorded_tokens, load_split, resolve_data_dir
 from text.tokenizer import read_description
 from train import TrainConfig
 from training.run_dir import CHECKPOINT
+
+# The AblateConfig fields that say how the runs were trained, not what was trained or how it is reported
+HOW_IT_RAN = ("threads", "jobs", "run_index", "report_only", "list_runs", "time_limit", "keep_checkpoints",
+              "overwrite", "eval_batch_size")
 
 
 def check_before_training(ablate: AblateConfig, plan: list[StudyRun], cells: list[str]) -> None:
@@ -104,6 +108,7 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
     train_config = with_resolved_dtype(train_config)  # one dtype for the study, in study.json and every record
     study_dir = Path(ablate.study_dir)
     cells = study_cells(ablate)
+    labels = given_labels(ablate, cells)  # a label of no cell is refused before anything trains
     plan = run_plan(ablate, train_config, model_config, cells)  # every cell checked before anything trains
     names = [cell_name(c) for c in cells]
     sweep_plan = lr_sweep_plan(ablate, train_config, model_config, cells)  # the own rates' settings checked too
@@ -128,14 +133,16 @@ def run_study(ablate: AblateConfig, train_config: TrainConfig, model_config: GPT
              "block_size": block_size, "window": sliding_geometry(ablate, block_size)[0], "checkpoint": CHECKPOINT,
              "confidence": CONFIDENCE, "split": ablate.eval_split,
              "headline_budget": headline_budget(ablate, train_config), "own_steps": own_steps(ablate, cells),
-             "labels": {run.variant: run.label for run in plan}, "cells": names,
+             "labels": {run.variant: labels.get(run.variant, run.label) for run in plan}, "cells": names,
              "from_cells": from_cells(cells),
              "lr_sweep": None if sweep is None else {k: v for k, v in sweep.items() if k != "runs"}}
     # report_seconds: this invocation's wall time. invocation_seconds: the study's, as the invocation that trained
     # it measured; a report redrawn from records (--report_only) keeps the one it replaces.
     study["report_seconds"] = time.perf_counter() - started
-    study["invocation_seconds"] = (read_json(study_dir / "results.json")[0] or {}).get(
-        "invocation_seconds") if ablate.report_only else study["report_seconds"]
+    recorded = (read_json(study_dir / "results.json")[0] or {}) if ablate.report_only else {}
+    study["invocation_seconds"] = recorded.get("invocation_seconds") if ablate.report_only else study["report_seconds"]
+    # How that invocation ran (--jobs=2, its time limit) is its record too: a report redrawn keeps it
+    study["ablate_config"].update({k: v for k, v in recorded.get("ablate_config", {}).items() if k in HOW_IT_RAN})
     every = records + ([] if sweep is None else sweep["runs"])
     study["compute_seconds"] = {"train": sum(r["train_seconds"] for r in every),
                                 "eval": sum(r["eval"]["seconds"] for r in every if "eval" in r)}

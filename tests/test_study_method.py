@@ -576,8 +576,8 @@ def test_an_interval_is_printed_from_its_own_ends_and_tost_speaks_the_rows_unit(
 
     row = {"a": "bpe8192", "b": "gpt2", "a_protocol": "nonoverlapping", "b_protocol": "nonoverlapping",
            "length": 64, "mean": 0.015259918265298822, "low": 0.00446052668961909, "high": 0.026059309840978553,
-           "mean_bits_per_byte": 0.015259918265298822, "p": 0.026, "a_wins": 0, "b_wins": 3, "significant": True,
-           "holm": True, "unit": "bits/byte", "untested": None}
+           "mean_bits_per_byte": 0.015259918265298822, "p": 0.026, "a_wins": 0, "b_wins": 3, "n": 3,
+           "significant": True, "holm": True, "unit": "bits/byte", "untested": None}
     assert "| +0.0153 | [+0.0045, +0.0261] |" in "\n".join(study_report.comparison_table([row], 64, {}))
     assert f"{row['low']:.3f}" == "0.004"
     losses = {"char": {1: 1.40, 2: 1.45, 3: 1.38}, "bpe": {1: 4.10, 2: 4.30, 3: 4.00}}

@@ -474,3 +474,23 @@ def test_compare_to_keeps_the_pairs_with_its_cells():
     assert pairs() == {("a", "b"), ("a", "c"), ("b", "c")}
     assert pairs(compare_to=["a"]) == {("a", "b"), ("a", "c")}
     assert pairs(compare_to=["a", "c"]) == {("a", "b"), ("a", "c"), ("b", "c")}
+
+
+def test_a_report_redrawn_keeps_how_the_runs_ran_and_takes_the_labels(reference, tmp_path, capsys):
+    """Was: --report_only wrote its own jobs=1 over the recorded jobs=2 of the invocation that trained the runs
+    (docs/context_extension). A label given then names the cell in the tables; its folder and records keep its
+    name."""
+    study_dir = tmp_path / "study"
+    copy_records(reference / "study", study_dir)
+    recorded = json.loads((study_dir / "results.json").read_text())
+    recorded["ablate_config"].update(jobs=2, time_limit="60m", report_only=False)
+    (study_dir / "results.json").write_text(json.dumps(recorded))
+    code, _, err = cli(ablate.main, flags(study_dir, reference / "data", report_only=True,
+                                          labels="no positions: none"), capsys)
+    assert code == 0, err
+    redrawn = json.loads((study_dir / "results.json").read_text())
+    assert {k: redrawn["ablate_config"][k] for k in ("jobs", "time_limit", "report_only")} == {
+        "jobs": 2, "time_limit": "60m", "report_only": False}
+    assert redrawn["labels"] == {"learned": "learned", "none": "no positions"}
+    assert "| no positions | learned |" in (study_dir / "results.md").read_text()
+    assert [row["variant"] for row in redrawn["summary"]] == ["learned", "none"]
