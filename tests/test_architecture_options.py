@@ -122,15 +122,22 @@ def test_every_option_on_cached_decoding_equals_the_uncached_forward(pos_encodin
     assert max_abs(steps, full[:, 5:]) < 1e-5
 
 
-def test_training_with_every_option_resumes_as_one_run(tmp_path, char_data):
-    settings = dict(max_iters=6, lr_decay_iters=6, warmup_iters=2, eval_interval=3, **EVERY_OPTION)
+def resumed_as_one_run(tmp_path, char_data, model_settings: dict, **train_settings) -> dict:
+    """Six steps straight, and three then three more resumed: the same losses and weights, and the checkpoint holds
+    model_settings. The straight run's result."""
+    settings = dict(max_iters=6, lr_decay_iters=6, warmup_iters=2, eval_interval=3, **train_settings, **model_settings)
     whole = run(tmp_path / "a", char_data, **settings)
     first = run(tmp_path / "b", char_data, **{**settings, "max_iters": 3})
     second = run(tmp_path / "b", char_data, **settings, init_from="resume")
     assert first["train_losses"] + second["train_losses"] == whole["train_losses"]
     assert_same_state(second["model"].state_dict(), whole["model"].state_dict())
     saved = load_checkpoint(tmp_path / "a" / "ckpt.pt")
-    assert {k: saved["model_args"][k] for k in EVERY_OPTION} == EVERY_OPTION
+    assert {k: saved["model_args"][k] for k in model_settings} == model_settings
+    return whole
+
+
+def test_training_with_every_option_resumes_as_one_run(tmp_path, char_data):
+    resumed_as_one_run(tmp_path, char_data, EVERY_OPTION)
 
 
 def test_a_model_with_an_option_is_not_exported_as_gpt2(tmp_path):
@@ -310,15 +317,7 @@ def test_the_untied_head_trains_at_its_own_rate_as_scheduled():
 
 def test_training_with_every_later_piece_resumes_as_one_run(tmp_path, char_data):
     pieces = dict(LATER, n_layer=2, tie_head=False, zero_init_head=True)
-    settings = dict(max_iters=6, lr_decay_iters=6, warmup_iters=2, eval_interval=3, head_learning_rate=3e-2,
-                    **pieces)
-    whole = run(tmp_path / "a", char_data, **settings)
-    first = run(tmp_path / "b", char_data, **{**settings, "max_iters": 3})
-    second = run(tmp_path / "b", char_data, **settings, init_from="resume")
-    assert first["train_losses"] + second["train_losses"] == whole["train_losses"]
-    assert_same_state(second["model"].state_dict(), whole["model"].state_dict())
-    saved = load_checkpoint(tmp_path / "a" / "ckpt.pt")
-    assert {k: saved["model_args"][k] for k in pieces} == pieces
+    whole = resumed_as_one_run(tmp_path, char_data, pieces, head_learning_rate=3e-2)
     assert whole["model"].input_layer.bigram.weight.any()  # trained: the zero table moved
 
 
