@@ -59,6 +59,7 @@ class ScoreConfig:
     stride: int = 0  # sliding: how far each piece advances; 0: a quarter of the window
     length: int = 0  # nonoverlapping: tokens per window; 0: the model's block_size (more where its encoding allows)
     per_token: str = ""  # a JSON-lines file of every scored token: its index, id, text and log-probability (nats)
+    per_token_overwrite: bool = False  # replace a per_token file already there (refused without it)
     batch_size: int = 16  # pieces per forward pass
     chunk_bytes: int = 1 << 20  # text read and tokenized at a time; memory holds a few chunks, not the whole text
     progress: bool = True  # show a tqdm bar of the bytes read (on stderr, when it is a terminal)
@@ -76,6 +77,9 @@ class ScoreConfig:
             if getattr(self, name):
                 raise ValueError(f"{name}={getattr(self, name)} does nothing under protocol={self.protocol} (it "
                                  f"is --protocol={other}'s); drop --{name}, or give --protocol={other}")
+        if self.per_token_overwrite and not self.per_token:
+            raise ValueError("per_token_overwrite=True does nothing without --per_token=FILE; drop it, or give the "
+                             "file")
         if self.batch_size < 1 or self.chunk_bytes < 1:
             raise ValueError(f"batch_size={self.batch_size} and chunk_bytes={self.chunk_bytes} must be at least 1")
         if self.stride and self.window and self.stride > self.window:
@@ -268,6 +272,9 @@ def score_text(config: ScoreConfig, poll: Callable[[], None]) -> dict:
     if not config.input:
         raise OptionError("no --input: give the text file to score (--input=FILE, repeatable; --input=- for stdin)")
     sizes = [None if name == "-" else input_size(name) for name in config.input]
+    if config.per_token and Path(config.per_token).exists() and not config.per_token_overwrite:
+        raise UserError(f"--per_token {config.per_token!r} is already there (scored before?); give "
+                        "--per_token_overwrite=True to replace it, or another --per_token=FILE")
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     model, tokenizer = load_model(config.init_from, config.out_dir)

@@ -223,9 +223,10 @@ def study_records(plan: list[StudyRun], ablate: AblateConfig, train_config: Trai
     started = time.time()
     retrained = sum(run.dir.is_dir() and has_other_settings(run) for run in plan)
     claim_study(ablate, study_identity(ablate, train_config, model_config), cells, retrained)
-    for run in [plan[ablate.run_index]] if ablate.run_index >= 0 else plan:
-        finished_record(run, ablate.overwrite)  # a damaged or mismatched record stops the study before any training
-    print_other_machines(records_on_disk(plan, ablate))
+    # a damaged or mismatched record stops the study before any training
+    finished = [finished_record(run, ablate.overwrite) for run in ([plan[ablate.run_index]] if ablate.run_index >= 0
+                                                                     else plan)]
+    print_other_machines(finished)
     max_iters, show = max(run.budget for run in plan), train_config.progress
     if ablate.report_only:
         return finished_records(plan, ablate), 0

@@ -241,6 +241,10 @@ def config_sections(path: Path) -> tuple[type, ...]:
         from ablate import AblateConfig
 
         return AblateConfig, TrainConfig, GPTConfig
+    if path.name.startswith("table"):  # python -m study.table's
+        from study.table import TableConfig
+
+        return (TableConfig,)
     return TrainConfig, GPTConfig
 
 

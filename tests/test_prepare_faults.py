@@ -218,7 +218,8 @@ def test_windows_line_ends_are_read_as_newlines_and_said(tmp_path, capsys):
     (tmp_path / "unix.txt").write_text(TEXT, encoding="utf-8")
     (tmp_path / "windows.txt").write_bytes(TEXT.replace("All:\n", "All:\r").replace("\n", "\r\n").encode("utf-8"))
     for name in ("unix", "windows"):
-        code, _, err = cli(char_preparer(tmp_path / name), [f"--input={tmp_path / f'{name}.txt'}"], capsys)
+        code, _, err = cli(char_preparer(tmp_path / name), [f"--input={tmp_path / f'{name}.txt'}",
+                                                            f"--out_dir={tmp_path / name}"], capsys)
         assert code == 0, err
     assert err.strip() == (f"note: input file {str(tmp_path / 'windows.txt')!r} holds {TEXT.count(chr(10))} "
                            "carriage returns (Windows line ends): read as newlines")

@@ -293,3 +293,17 @@ def test_windows_line_ends_score_as_newlines_as_prepare_reads_them(run_dir, corp
     assert capsys.readouterr().err.strip() == (f"note: --input {str(tmp_path / 'windows.txt')!r} holds "
                                                f"{text.count(chr(10)) + 1} carriage returns (Windows line ends): "
                                                "read as newlines, as prepare.py reads a text")
+
+
+def test_a_per_token_file_already_there_is_kept_unless_overwrite_is_given(run_dir, corpus_text, tmp_path):
+    (tmp_path / "a.txt").write_text(corpus_text[:2000], encoding="utf-8")
+    rows = tmp_path / "tokens.jsonl"
+    rows.write_text("mine\n", encoding="utf-8")
+    settings = dict(out_dir=str(run_dir), input=[str(tmp_path / "a.txt")], device="cpu", per_token=str(rows))
+    with pytest.raises(UserError, match=r"tokens.jsonl' is already there .*--per_token_overwrite=True"):
+        score.score(score.ScoreConfig(**settings))
+    assert rows.read_text(encoding="utf-8") == "mine\n"
+    score.score(score.ScoreConfig(**settings, per_token_overwrite=True))
+    assert json.loads(rows.read_text(encoding="utf-8").splitlines()[0])["index"] == 1
+    with pytest.raises(ValueError, match="per_token_overwrite=True does nothing without --per_token"):
+        score.ScoreConfig(per_token_overwrite=True)

@@ -269,7 +269,7 @@ def test_nan_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, char_da
                                                  r"ckpt\.pt"):
         # lr=1e6 turns the loss into NaN within two steps (grad_clip does not help: Adam divides it away)
         run(tmp_path / "out", char_data, init_from="resume", max_iters=30, lr_decay_iters=30, warmup_iters=0,
-            learning_rate=1e6, min_lr=1e6, log_interval=log_interval, eval_interval=eval_interval)
+            learning_rate=1e6, min_lr=1e6, weight_decay=0.0, log_interval=log_interval, eval_interval=eval_interval)
     assert digest(tmp_path / "out" / "ckpt.pt") == before
     state = load_checkpoint(tmp_path / "out" / "ckpt.pt")
     assert state["iter_num"] == 4
