@@ -232,3 +232,9 @@ def test_readme_claims_match_the_code():
     rows = re.findall(r"^\| `(\w+)`(?: \(default\))? \| [^|]+ \| [^|]+ \|$", readme.split("## Position encodings")[1]
                       .split("\n## ")[0], flags=re.M)
     assert rows[1:] == list(POS_ENCODINGS)  # the header row first
+
+
+def test_every_test_file_is_in_the_testing_page():
+    """docs/testing.md says what each test file checks against: a new file gets its line."""
+    page = (REPO_ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    assert [p.name for p in sorted((REPO_ROOT / "tests").glob("test_*.py")) if f"`{p.name}`" not in page] == []
