@@ -50,7 +50,7 @@ from training.checkpoint import (
     save_checkpoint,
     saved_average,
 )
-from training.devices import DTYPES, autocast_context, choose_device, choose_dtype, dtype_name
+from training.devices import DTYPES, autocast_context, busy_cpu_note, choose_device, choose_dtype, dtype_name
 from training.ema import swap_in_average, update_average
 from training.memory import check_batch_fits, check_model_fits
 from training.nanogpt import continue_training, init_checkpoint
@@ -421,6 +421,8 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
         print(f"{model.get_num_params():,} parameters, pos_encoding={model.config.pos_encoding}, device={device}, "
               f"dtype={dtype_name(dtype)} ({dtype_reason}), {world_size} process(es), "
               f"{run.tokens_per_iter:,} tokens/iter")
+        if sys.stderr.isatty() and (note := busy_cpu_note(device)):  # for a person at a terminal: a log keeps numbers
+            print(note, file=sys.stderr)
     return run
 
 

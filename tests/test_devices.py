@@ -86,3 +86,42 @@ def test_the_decoding_command_lines_ask_for_huge_pages_before_any_tensor(monkeyp
         with pytest.raises(SystemExit):
             main(argv)
         assert calls == expected, argv
+
+
+@pytest.mark.parametrize("load, threads, device, said", [(2.5, 2, "cpu", True), (1.0, 4, "cpu", True),
+                                                          (0.4, 2, "cpu", False), (3.0, 1, "cpu", False),
+                                                          (3.0, 2, "cuda", False)])
+def test_a_busy_cpu_is_said_when_torch_runs_threads_there(monkeypatch, load, threads, device, said):
+    """At a load average of a core's worth or more, torch's threads wait for each other behind the other work; one
+    thread is the way round, and the run keeps the user's thread count."""
+    import os
+
+    from training.devices import busy_cpu_note
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        note = busy_cpu_note(torch.device(device))
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert note == (f"note: this CPU is busy (load average {load:.1f} over the last minute; torch runs {threads} "
+                    "threads): threads stall each other behind other work, so this run may be far slower than on "
+                    f"one; OMP_NUM_THREADS=1 before the command trains on one (its last digits differ from {threads} "
+                    "threads')" if said else "")
+
+
+def test_train_says_a_busy_cpu_to_a_terminal_only(monkeypatch, tmp_path, char_data, capsys):
+    import os
+
+    from helpers import run
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 0.0, 0.0))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    run(tmp_path / "log", char_data, max_iters=1, lr_decay_iters=1, warmup_iters=0)
+    assert "this CPU is busy" not in capsys.readouterr().err  # a log, a test, a pipe: no note
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    run(tmp_path / "terminal", char_data, max_iters=1, lr_decay_iters=1, warmup_iters=0)
+    [note] = [line for line in capsys.readouterr().err.splitlines() if "this CPU is busy" in line]
+    assert note.startswith("note: this CPU is busy (load average 5.0")

@@ -9,6 +9,21 @@ import torch
 from errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Other work that fills a core's worth of the CPU: torch's threads then wait for each other at every parallel region
+# behind it (beside two busy processes a 2-thread training took 1.75x one thread's time: docs/training.md)
+BUSY_LOAD = 1.0
+
+
+def busy_cpu_note(device: torch.device) -> str:
+    """One line when this CPU is busy enough that torch's threads stall each other, with the way round it; "" when
+    it is not (or the device is no CPU, or torch runs one thread). The thread count stays the user's choice: it
+    changes the last digits, and the same command must give the same numbers."""
+    threads, load = torch.get_num_threads(), os.getloadavg()[0]
+    if device.type != "cpu" or threads < 2 or load < BUSY_LOAD:
+        return ""
+    return (f"note: this CPU is busy (load average {load:.1f} over the last minute; torch runs {threads} threads): "
+            f"threads stall each other behind other work, so this run may be far slower than on one; "
+            f"OMP_NUM_THREADS=1 before the command trains on one (its last digits differ from {threads} threads')")
 
 
 def choose_device(name: str) -> torch.device:
