@@ -33,6 +33,8 @@ def tiny_config(pos_encoding: str = "learned", **overrides) -> GPTConfig:
     kw = dict(block_size=BLOCK, vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=32, pos_encoding=pos_encoding)
     if pos_encoding == "t5":  # 4 buckets to distance 8: a BLOCK-token test reaches the log-spaced ones and the last
         kw.update(t5_num_buckets=4, t5_max_distance=8)
+    if pos_encoding == "layer_rope":  # of the 2 layers, the second without rope (HF's default interval 4 has none)
+        kw.update(nope_every=2)
     kw.update(overrides)
     return GPTConfig(**kw)
 
