@@ -408,6 +408,9 @@ def test_a_setting_shared_by_encodings_is_used_by_each_of_them():
     ({"wsd_decay_shape": "linear"}, ["wsd_decay_shape is a setting of lr_schedule=wsd", "schedule is cosine"]),
     ({"pos_encoding": "rope", "partial_rope_fraction": 0.5},
      ["partial_rope_fraction is a setting of pos_encoding=partial_rope, and this run's is rope"]),
+    ({"pos_encoding": "rope", "rope_heads": 1},
+     ["rope_heads is a setting of pos_encoding=head_rope, and this run's is rope"]),
+    ({"nope_every": 2}, ["nope_every is a setting of pos_encoding=layer_rope, and this run's is learned"]),
     ({"pos_encoding": "alibi", "rope_base": 500.0},
      ["rope_base is a setting of pos_encoding=rope|partial_rope|p_rope|xpos|head_rope|layer_rope|pope, and this "
       "run's is alibi"]),
