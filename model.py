@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from layers.bigram import BigramEmbedding
 from layers.kernels import attend, gelu_tanh, read_buffer
-from layers.positions import Turns, cope_attention, derived_settings, encoding_of, random_positions, rotate
+from layers.positions import ENCODINGS, Turns, cope_attention, derived_settings, encoding_of, random_positions
 from layers.smear import Smear
 from layers.value_embeddings import ValueEmbeddings
 
@@ -37,7 +37,8 @@ class GPTConfig:
     n_embd: int = 768  # residual stream width
     dropout: float = 0.0  # dropout on the input sum, attention weights and residual branches
     bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2: True)
-    pos_encoding: str = "learned"  # learned|sinusoidal|rope|alibi|none|t5|partial_rope|p_rope|xpos|kerple|fire|cope
+    # learned|sinusoidal|rope|alibi|none|t5|partial_rope|p_rope|xpos|kerple|fire|cope|head_rope|layer_rope|pope
+    pos_encoding: str = "learned"  # the position encoding, one of positions.ENCODINGS (docs/input_layer.md)
     learned_init_std: float = 0.01  # init std of the learned position table (GPT-2: 0.01; nanoGPT: 0.02)
     # Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
     # embeddings have std 0.02 and no scaling, so 0.02 keeps the ratio of position to token signal. Unscaled,
@@ -55,6 +56,8 @@ class GPTConfig:
     kerple_kernel: str = "log"  # kerple: log, -r1 log(1 + r2 d) | power, -r1 d^r2 (Chi et al. 2022)
     fire_width: int = 32  # fire: hidden units of the MLP that maps a normalised distance to each head's bias
     cope_positions: int = 0  # cope: rows of each layer's position table, counts clamped below; 0: trained length + 1
+    rope_heads: int = 0  # head_rope: heads of each layer rope turns, the first ones, the others none; 0: n_head // 2
+    nope_every: int = 4  # layer_rope: layers nope_every-1, 2*nope_every-1, ... (from 0) lack rope (HF Llama 4: 4)
     random_positions: int = 0  # training draws block_size sorted positions from 0..N-1 (Ruoss et al. 2023); 0: off
     gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
     # The pieces the speedruns use (modded-nanogpt, nanochat; docs/speedrun.md), each off by default: GPT-2's model.
@@ -238,7 +241,8 @@ class InputLayer(nn.Module):
         bias = self.encoding.score_bias(self, positions, key_pos)
         mask = ~hidden if bias is None else bias.masked_fill(hidden, float("-inf"))
         rope = self.encoding.rotary(self, positions)  # (B, T, head_dim) each: one per row, for all heads
-        rope = None if rope is None else tuple((cos[:, None], sin[:, None]) for cos, sin in rope)
+        rope = None if rope is None else tuple(  # or (B, n_head, T, head_dim), one per head already
+            (cos, sin) if cos.dim() == 4 else (cos[:, None], sin[:, None]) for cos, sin in rope)
         return mask, rope, self.encoding.contextual(self)
 
     def crop(self, block_size: int) -> None:
@@ -340,6 +344,7 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.qk_norm = config.qk_norm
+        self.turn = ENCODINGS[config.pos_encoding].turn  # how rotary's turns apply: rope's rotation, PoPE's polar
         # value_residual: this layer's share of the first layer's values, l (modded-nanogpt's self.lamb, 0.5 at the
         # start: its record of 10 November 2024, @Grad62304977 after Zhou et al. 2024's value residual learning)
         self.value_mix = nn.Parameter(torch.full((1,), 0.5)) if config.value_residual and layer > 0 else None
@@ -366,7 +371,7 @@ class CausalSelfAttention(nn.Module):
             q, k = rms_norm(q), rms_norm(k)
         if rope is not None:  # before caching: the cache holds turned keys
             (q_cos, q_sin), (k_cos, k_sin) = rope
-            q, k = rotate(q, q_cos, q_sin), rotate(k, k_cos, k_sin)
+            q, k = self.turn(q, q_cos, q_sin), self.turn(k, k_cos, k_sin)
         if cache is not None:
             k, v = cache.update(self.layer, slots, k, v)
         if cope is not None:
@@ -494,10 +499,11 @@ class GPT(nn.Module):
         """An empty KV cache for batch_size sequences of up to max_length (default block_size) positions."""
         c, weight = self.config, self.lm_head.weight
         shape = (batch_size, c.n_head, max_length or c.block_size, c.n_embd // c.n_head)
+        key_shape = (*shape[:3], self.input_layer.encoding.key_width())  # PoPE's keys are twice as wide
         tokens = torch.zeros(shape[0], shape[2], dtype=torch.long, device=weight.device) if (
             c.smear or c.bigram_embedding) else None  # what the terms from the previous token read
-        return KVCache(*([torch.zeros(shape, device=weight.device, dtype=dtype or weight.dtype)
-                          for _ in range(c.n_layer)] for _ in range(2)), tokens)
+        return KVCache(*([torch.zeros(size, device=weight.device, dtype=dtype or weight.dtype)
+                          for _ in range(c.n_layer)] for size in (key_shape, shape)), tokens)
 
     def check_positions(self, seq_len: int, past_length: int) -> None:
         """Raise ValueError for seq_len tokens after past_length cached ones that this model cannot place."""
@@ -571,18 +577,20 @@ class GPT(nn.Module):
         slots = positions if slots is None else slots
         key_length = x.size(1) if cache is None else cache.max_length
         mask, rope, cope = self.input_layer.attention_inputs(positions, key_length, cache is not None, starts, slots)
-        per_layer = mask is not None and self.input_layer.encoding.per_layer_bias  # FIRE: a bias of each layer's
+        encoding = self.input_layer.encoding
+        per_layer = mask is not None and encoding.per_layer_bias  # FIRE: a bias of each layer's
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         x0 = x if self.config.x0_shortcut else None
         first_values = None  # the first layer's values, where value_residual mixes them into the later layers'
         for layer, block in enumerate(self.blocks):
             layer_mask = mask[layer] if per_layer else mask
+            layer_rope = rope if encoding.rotates_layer(layer) else None  # layer_rope's NoPE layers: none
             value_embedding = None if value_embeddings is None else value_embeddings[layer]
             if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
-                x, values = checkpoint(block, x, slots, None, layer_mask, rope, cope, x0, value_embedding,
+                x, values = checkpoint(block, x, slots, None, layer_mask, layer_rope, cope, x0, value_embedding,
                                        first_values, use_reentrant=False)
             else:
-                x, values = block(x, slots, cache, layer_mask, rope, cope, x0, value_embedding, first_values)
+                x, values = block(x, slots, cache, layer_mask, layer_rope, cope, x0, value_embedding, first_values)
             if layer == 0 and self.config.value_residual:
                 first_values = values
         logits = self.lm_head(self.ln_f(x))

@@ -107,9 +107,24 @@ class PositionEncoding:
         return None
 
     def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns | None:
-        """((cos, sin) of the queries, (cos, sin) of the keys) at positions (T,), each (T, head_dim), that turn them
-        (see rotate); or None: they stay as they are."""
+        """((cos, sin) of the queries, (cos, sin) of the keys) at positions (T,), each (T, head_dim), or
+        (n_head, T, head_dim) where the heads turn apart (head_rope, pope's keys), that turn them (turn); or None:
+        they stay as they are."""
         return None
+
+    @staticmethod
+    def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Queries or keys x (B, n_head, T, head_dim) turned by their side of rotary: rope's rotation (rotate)."""
+        return rotate(x, cos, sin)
+
+    def rotates_layer(self, layer: int) -> bool:
+        """Whether attention layer `layer` (from 0) turns its queries and keys by rotary."""
+        return True
+
+    def key_width(self) -> int:
+        """The width of a head's queries and keys once turned, as attention reads them and the KV cache holds the
+        keys: head_dim."""
+        return self.config.n_embd // self.config.n_head
 
     def contextual(self, held: nn.Module) -> torch.Tensor | None:
         """CoPE's position embeddings (n_layer, head_dim, positions), which attention reads with the scores
@@ -328,6 +343,102 @@ def xpos_max_length(config) -> int:
     return math.floor(32 * math.log(2) * config.xpos_scale_base / math.log((1 + gamma) / gamma))
 
 
+# ---- the encodings x-transformers and HF transformers added: rope on some heads, NoPE layers, PoPE -----------------
+
+
+class HeadRope(Rope):
+    """Rope on some heads (x-transformers' rotate_num_heads): the first rope_heads heads of every layer turned as rope
+    turns them, the others not at all (NoPE heads: only the causal mask orders their tokens). x-transformers turns
+    the last ones: the same model up to the order of the heads, which the projections absorb."""
+
+    settings = ("rope_base", "rope_heads")
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if not 0 <= config.rope_heads < config.n_head or rope_heads_turned(config) < 1:
+            raise ValueError(f"rope_heads={config.rope_heads} must be in [1, n_head={config.n_head}) or 0 (n_head // 2 "
+                             f"= {config.n_head // 2}): the heads of each layer rope turns, the others none; all of "
+                             "them is pos_encoding=rope, none pos_encoding=none")
+
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
+        """Rope's turns (T, head_dim) made one per head, (n_head, T, head_dim): cos 1 and sin 0, which leave x as it
+        is exactly (rotate), on the heads past rope_heads."""
+        (cos, sin), _ = super().rotary(held, positions)
+        turned = (torch.arange(self.config.n_head, device=positions.device) < rope_heads_turned(self.config))
+        turned = turned[:, None, None]
+        cos, sin = torch.where(turned, cos.unsqueeze(-3), 1.0), torch.where(turned, sin.unsqueeze(-3), 0.0)
+        return (cos, sin), (cos, sin)
+
+
+def rope_heads_turned(config) -> int:
+    """How many heads of each layer head_rope turns: rope_heads, or n_head // 2 for 0."""
+    return config.rope_heads or config.n_head // 2
+
+
+class LayerRope(Rope):
+    """Rope with NoPE layers (HF's no_rope_layers: Llama 4, SmolLM3): layers nope_every - 1, 2 nope_every - 1, ...
+    (counted from 0) turn nothing, the others turn as rope. HF's default no_rope_layers[i] = int((i + 1) %
+    no_rope_layer_interval != 0), 1 for a rope layer, makes the same layers NoPE (interval 4: layers 3, 7, 11, ...)."""
+
+    settings = ("rope_base", "nope_every")
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if not 2 <= config.nope_every <= config.n_layer:
+            raise ValueError(f"nope_every={config.nope_every} must be in [2, n_layer={config.n_layer}]: every "
+                             "nope_every-th layer has no rope (HF's no_rope_layer_interval: 4); 1 (every layer) is "
+                             "pos_encoding=none, past n_layer (none) pos_encoding=rope")
+
+    def rotates_layer(self, layer: int) -> bool:
+        return (layer + 1) % self.config.nope_every != 0
+
+
+def polar(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """PoPE's queries or keys (B, n_head, T, 2 head_dim) of x (B, n_head, T, head_dim): component c of a head a
+    complex number of magnitude softplus(x_c) and phase angle_c, given by its cosine and sine (each (T, head_dim) or
+    (n_head, T, head_dim)), as real parts then imaginary parts. Computed in float32 and rounded once, as rotate."""
+    magnitude = nn.functional.softplus(x.float())
+    return torch.cat((magnitude * cos, magnitude * sin), dim=-1).to(x.dtype)
+
+
+class Pope(PositionEncoding):
+    """PoPE (Gopalakrishnan et al. 2025): content sets the magnitude, position the phase. Component c of a head's
+    query at position n is softplus(q_c) e^(i n theta_c), of its key at m softplus(k_c) e^(i (m theta_c + delta_c)),
+    theta_c = rope_base^(-c/head_dim) for c < head_dim (head_dim frequencies, not rope's head_dim/2 pairs); the
+    score is Re(q^H k) / sqrt(head_dim) = sum_c softplus(q_c) softplus(k_c) cos((m - n) theta_c + delta_c) /
+    sqrt(head_dim). delta (n_head, head_dim) is learned from 0 and read clamped to [-2 pi, 0], one for all layers,
+    as x-transformers' polar_pos_emb. Attention reads the queries and keys as real vectors of 2 head_dim (polar), so
+    the KV cache holds keys twice as wide as the values; SDPA's 1/sqrt(2 head_dim) becomes the paper's
+    1/sqrt(head_dim) by the queries' factor sqrt(2)."""
+
+    settings = ("rope_base",)
+    randomizable = True
+    turn = staticmethod(polar)
+
+    def key_width(self) -> int:
+        return 2 * (self.config.n_embd // self.config.n_head)
+
+    def new_parameters(self) -> dict[str, nn.Parameter]:
+        return {"pope_bias": nn.Parameter(torch.empty(self.config.n_head, self.config.n_embd // self.config.n_head))}
+
+    def reset_parameters(self, held: nn.Module) -> None:
+        nn.init.zeros_(held.pope_bias)  # as x-transformers: the keys' phase is the position's alone at first
+
+    def new_buffers(self) -> dict[str, torch.Tensor]:
+        head_dim = self.config.n_embd // self.config.n_head
+        inv_freq = self.config.rope_base ** (-torch.arange(head_dim, dtype=torch.float64) / head_dim)
+        return {"pope_inv_freq": inv_freq.float()}
+
+    def rotary(self, held: nn.Module, positions: torch.Tensor) -> Turns:
+        """The queries' (T, head_dim), times sqrt(2) (the score's scale), and the keys' (n_head, T, head_dim), their
+        phase moved by each head's delta; (B, T, ...) and (B, n_head, T, ...) for positions (B, T)."""
+        angles = positions.float()[..., None] * held.pope_inv_freq
+        key_angles = angles.unsqueeze(-3) + held.pope_bias.clamp(-2 * math.pi, 0.0)[:, None, :]
+        return (angles.cos() * math.sqrt(2), angles.sin() * math.sqrt(2)), (key_angles.cos(), key_angles.sin())
+
+
 class Alibi(PositionEncoding):
     """Linear biases (Press et al. 2022): head h's score drops by m_h per token of distance."""
 
@@ -535,6 +646,7 @@ ENCODINGS: dict[str, type[PositionEncoding]] = {
     "learned": Learned, "sinusoidal": Sinusoidal, "rope": Rope, "alibi": Alibi, "none": PositionEncoding,
     "t5": T5Bias, "partial_rope": PartialRope, "p_rope": PRope, "xpos": XPos, "kerple": Kerple, "fire": Fire,
     "cope": Cope,
+    "head_rope": HeadRope, "layer_rope": LayerRope, "pope": Pope,
 }
 POS_ENCODINGS = tuple(ENCODINGS)  # the names GPTConfig.pos_encoding takes
 

@@ -20,6 +20,7 @@ from errors import main_guard
 from model import GPT, GPTConfig
 from text.dataset import prepare_main
 from train import TrainConfig, train
+from training.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,6 +34,8 @@ def tiny_config(pos_encoding: str = "learned", **overrides) -> GPTConfig:
     kw = dict(block_size=BLOCK, vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=32, pos_encoding=pos_encoding)
     if pos_encoding == "t5":  # 4 buckets to distance 8: a BLOCK-token test reaches the log-spaced ones and the last
         kw.update(t5_num_buckets=4, t5_max_distance=8)
+    if pos_encoding == "layer_rope":  # of the 2 layers, the second without rope (HF's default interval 4 has none)
+        kw.update(nope_every=2)
     kw.update(overrides)
     return GPTConfig(**kw)
 
@@ -88,6 +91,20 @@ def assert_same_state(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def resumed_as_one_run(tmp_path, char_data, model_settings: dict, **train_settings) -> dict:
+    """Six steps straight, and three then three more resumed: the same losses and weights, and the checkpoint holds
+    model_settings. The straight run's result."""
+    settings = dict(max_iters=6, lr_decay_iters=6, warmup_iters=2, eval_interval=3, **train_settings, **model_settings)
+    whole = run(tmp_path / "a", char_data, **settings)
+    first = run(tmp_path / "b", char_data, **{**settings, "max_iters": 3})
+    second = run(tmp_path / "b", char_data, **settings, init_from="resume")
+    assert first["train_losses"] + second["train_losses"] == whole["train_losses"]
+    assert_same_state(second["model"].state_dict(), whole["model"].state_dict())
+    saved = load_checkpoint(tmp_path / "a" / "ckpt.pt")
+    assert {k: saved["model_args"][k] for k in model_settings} == model_settings
+    return whole
 
 
 def torchrun(args: list[str], env: dict, cwd: Path, processes: int = 2, check: bool = True) -> \

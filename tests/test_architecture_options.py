@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import BLOCK, VOCAB, assert_same_state, max_abs, random_ids, run, tiny_config, tiny_model
+from helpers import BLOCK, VOCAB, max_abs, random_ids, resumed_as_one_run, run, tiny_config, tiny_model
 from torch.nn import functional as F
 
 from errors import UserError
@@ -19,7 +19,7 @@ from layers.positions import POS_ENCODINGS
 from layers.value_embeddings import value_embedding_layers
 from model import GPT
 from train import TrainConfig, unused_settings
-from training.checkpoint import load_checkpoint, read_checkpoint
+from training.checkpoint import read_checkpoint
 from training.optimizers import build_optimizer, set_learning_rates
 
 OLD_CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "checkpoints_03c7507" / "learned" / "ckpt.pt"
@@ -120,20 +120,6 @@ def test_every_option_on_cached_decoding_equals_the_uncached_forward(pos_encodin
     model(idx[:, :5], cache=cache)
     steps = torch.cat([model(idx[:, i:i + 1], cache=cache)[0] for i in range(5, BLOCK)], dim=1)
     assert max_abs(steps, full[:, 5:]) < 1e-5
-
-
-def resumed_as_one_run(tmp_path, char_data, model_settings: dict, **train_settings) -> dict:
-    """Six steps straight, and three then three more resumed: the same losses and weights, and the checkpoint holds
-    model_settings. The straight run's result."""
-    settings = dict(max_iters=6, lr_decay_iters=6, warmup_iters=2, eval_interval=3, **train_settings, **model_settings)
-    whole = run(tmp_path / "a", char_data, **settings)
-    first = run(tmp_path / "b", char_data, **{**settings, "max_iters": 3})
-    second = run(tmp_path / "b", char_data, **settings, init_from="resume")
-    assert first["train_losses"] + second["train_losses"] == whole["train_losses"]
-    assert_same_state(second["model"].state_dict(), whole["model"].state_dict())
-    saved = load_checkpoint(tmp_path / "a" / "ckpt.pt")
-    assert {k: saved["model_args"][k] for k in model_settings} == model_settings
-    return whole
 
 
 def test_training_with_every_option_resumes_as_one_run(tmp_path, char_data):

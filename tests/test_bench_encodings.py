@@ -13,7 +13,8 @@ from train import TrainConfig
 def test_every_encoding_gets_a_row_of_positive_finite_figures(char_data):
     settings = BenchConfig(what="encodings", bench_steps=1, warmup_steps=1, rounds=2, max_new_tokens=12)
     config = TrainConfig(dataset=str(char_data), device="cpu", batch_size=4)
-    model_config = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8)
+    # 2 layers, the second without rope in layer_rope's row (nope_every=2: it needs a layer with rope and one without)
+    model_config = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, nope_every=2)
     result = bench.measure_once(settings, config, model_config)  # as bench.py --what=encodings --repeats=1 runs it
     figures = result["figures"]
     rows = list(dict.fromkeys(f["row"] for f in figures))

@@ -397,7 +397,7 @@ def test_fsdp_without_torchrun_says_it_is_one_process(run_copy, capsys):
 
 def test_a_setting_shared_by_encodings_is_used_by_each_of_them():
     """rope_base is read by every rotary encoding: given with xpos it is no unused setting."""
-    for encoding in ("rope", "partial_rope", "p_rope", "xpos"):
+    for encoding in ("rope", "partial_rope", "p_rope", "xpos", "head_rope", "layer_rope", "pope"):
         model_config = GPTConfig(pos_encoding=encoding)
         assert train_module.unused_settings(train_module.TrainConfig(), model_config, ["rope_base"]) == []
 
@@ -408,8 +408,12 @@ def test_a_setting_shared_by_encodings_is_used_by_each_of_them():
     ({"wsd_decay_shape": "linear"}, ["wsd_decay_shape is a setting of lr_schedule=wsd", "schedule is cosine"]),
     ({"pos_encoding": "rope", "partial_rope_fraction": 0.5},
      ["partial_rope_fraction is a setting of pos_encoding=partial_rope, and this run's is rope"]),
+    ({"pos_encoding": "rope", "rope_heads": 1},
+     ["rope_heads is a setting of pos_encoding=head_rope, and this run's is rope"]),
+    ({"nope_every": 2}, ["nope_every is a setting of pos_encoding=layer_rope, and this run's is learned"]),
     ({"pos_encoding": "alibi", "rope_base": 500.0},
-     ["rope_base is a setting of pos_encoding=rope|partial_rope|p_rope|xpos, and this run's is alibi"]),
+     ["rope_base is a setting of pos_encoding=rope|partial_rope|p_rope|xpos|head_rope|layer_rope|pope, and this "
+      "run's is alibi"]),
 ])
 def test_a_flag_that_would_do_nothing_is_refused_before_the_run(tmp_path, char_data, capsys, given, fragments):
     """Was: --t5_num_buckets=4 under learned positions, or --wsd_decay_shape=linear under cosine, trained
