@@ -125,6 +125,6 @@ def test_t5_settings_are_checked():
 
 def test_every_encoding_is_registered_under_its_name():
     assert P.POS_ENCODINGS == ("learned", "sinusoidal", "rope", "alibi", "none", "t5", "partial_rope", "p_rope", "xpos",
-                               "kerple", "fire", "cope")
+                               "kerple", "fire", "cope", "fox", "dynamic_bias")
     assert P.encoding_of(GPTConfig(pos_encoding="t5")).max_length() is None
     assert P.encoding_of(GPTConfig(pos_encoding="learned", block_size=64)).max_length() == 64
