@@ -807,7 +807,8 @@ def block_calls_and_saved_bytes(model: GPT, idx: torch.Tensor, targets: torch.Te
     return calls[0], saved[0]
 
 
-@pytest.mark.parametrize("pos_encoding, dropout", [("learned", 0.0), ("learned", 0.2), ("rope", 0.2), ("alibi", 0.2)])
+@pytest.mark.parametrize("pos_encoding, dropout", [("learned", 0.0), ("learned", 0.2), ("rope", 0.2), ("alibi", 0.2),
+                                                   ("fox", 0.2)])  # fox: each layer's gate reaches the recomputed block
 def test_activation_checkpointing_gives_the_same_gradients_and_recomputes_each_block(pos_encoding, dropout):
     plain = tiny_model(pos_encoding, n_layer=3, dropout=dropout).train()
     recomputed = copy.deepcopy(plain)
