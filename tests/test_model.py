@@ -495,7 +495,8 @@ def test_empty_sequence_raises_in_model():
 def test_config_errors():
     with pytest.raises(ValueError, match="n_embd=50 is not divisible by n_head=3"):
         GPTConfig(n_embd=50, n_head=3)
-    valid = "learned, sinusoidal, rope, alibi, none, t5, partial_rope, p_rope, xpos, kerple, fire, cope"
+    valid = ("learned, sinusoidal, rope, alibi, none, t5, partial_rope, p_rope, xpos, kerple, fire, cope, fox, "
+             "dynamic_bias")
     with pytest.raises(ValueError, match=f"pos_encoding='rotary' is not one of {valid}$"):
         GPTConfig(pos_encoding="rotary")
     with pytest.raises(ValueError, match=r"'rope' needs an even head_dim, got n_embd/n_head = 36/4 = 9; change"):
