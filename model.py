@@ -21,7 +21,16 @@ from torch.utils.checkpoint import checkpoint
 
 from layers.bigram import BigramEmbedding
 from layers.kernels import attend, gelu_tanh, read_buffer
-from layers.positions import ENCODINGS, Turns, cope_attention, derived_settings, encoding_of, random_positions
+from layers.positions import (
+    ENCODINGS,
+    Turns,
+    cope_attention,
+    derived_settings,
+    encoding_of,
+    forget_bias,
+    log_forget_gates,
+    random_positions,
+)
 from layers.smear import Smear
 from layers.value_embeddings import ValueEmbeddings
 
@@ -37,8 +46,7 @@ class GPTConfig:
     n_embd: int = 768  # residual stream width
     dropout: float = 0.0  # dropout on the input sum, attention weights and residual branches
     bias: bool = True  # biases in Linear and LayerNorm layers (GPT-2: True)
-    # learned|sinusoidal|rope|alibi|none|t5|partial_rope|p_rope|xpos|kerple|fire|cope|head_rope|layer_rope|pope
-    pos_encoding: str = "learned"  # the position encoding, one of positions.ENCODINGS (docs/input_layer.md)
+    pos_encoding: str = "learned"  # a name in layers/positions.py's ENCODINGS (docs/input_layer.md); learned: GPT-2
     learned_init_std: float = 0.01  # init std of the learned position table (GPT-2: 0.01; nanoGPT: 0.02)
     # Vaswani et al. add a unit-amplitude table to token embeddings scaled to std 1 (x sqrt(d)). GPT-2's token
     # embeddings have std 0.02 and no scaling, so 0.02 keeps the ratio of position to token signal. Unscaled,
@@ -58,6 +66,10 @@ class GPTConfig:
     cope_positions: int = 0  # cope: rows of each layer's position table, counts clamped below; 0: trained length + 1
     rope_heads: int = 0  # head_rope: heads of each layer rope turns, the first ones, the others none; 0: n_head // 2
     nope_every: int = 4  # layer_rope: layers nope_every-1, 2*nope_every-1, ... (from 0) lack rope (HF Llama 4: 4)
+    fox_bias_init: float = 0.0  # fox: the forget gates' bias at the start (the paper's code: 0; x-transformers: 5)
+    dynamic_bias_depth: int = 2  # dynamic_bias: hidden layers of the MLP of the distance (x-transformers' default)
+    dynamic_bias_log_distance: bool = True  # dynamic_bias: the MLP reads log(d + 1), not d (x-transformers: False)
+    dynamic_bias_norm: bool = False  # dynamic_bias: a LayerNorm in each hidden layer (x-transformers' default: none)
     random_positions: int = 0  # training draws block_size sorted positions from 0..N-1 (Ruoss et al. 2023); 0: off
     gelu: str = "tanh"  # MLP activation: tanh (GPT-2's approximation) | erf (exact; nanoGPT's nn.GELU)
     # The pieces the speedruns use (modded-nanogpt, nanochat; docs/speedrun.md), each off by default: GPT-2's model.
@@ -268,6 +280,17 @@ def write_tokens_at(cache_tokens: torch.Tensor, positions: torch.Tensor, idx: to
     return cache_tokens.index_copy_(1, positions, idx.to(cache_tokens.dtype))
 
 
+def write_gates_at(cache_sums: torch.Tensor, positions: torch.Tensor,
+                   log_gates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """FoX's running sums: one layer's cache (B, n_head, max_length) of c_t = sum_{s<=t} log f_s, continued over
+    the new tokens' log-gates (B, n_head, T) at positions (T,) from the sum before the first of them (none before
+    column 0), written in place. Returns the new tokens' sums and the whole cache."""
+    first = positions[:1]
+    before = cache_sums.index_select(2, (first - 1).clamp(min=0))  # (B, n_head, 1), no host sync
+    sums = log_gates.cumsum(-1) + torch.where(first > 0, before, torch.zeros_like(before))
+    return sums, cache_sums.index_copy_(2, positions, sums)
+
+
 class KVCache(nn.Module):
     """Keys and values of the tokens seen so far, preallocated for max_length positions in every layer.
 
@@ -275,7 +298,8 @@ class KVCache(nn.Module):
     graphs need, since the compiled decode step writes them in place.
     """
 
-    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], tokens: torch.Tensor | None = None):
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], tokens: torch.Tensor | None = None,
+                 gate_sums: list[torch.Tensor] | None = None):
         super().__init__()
         # One (batch_size, n_head, max_length, head_dim) tensor per layer: the compiled decode step then writes
         # each in place (a slice of one tensor for all layers was copied whole at every step: measured).
@@ -284,6 +308,10 @@ class KVCache(nn.Module):
             self.register_buffer(f"v{layer}", v, persistent=False)
         # The token ids (batch_size, max_length), where the model reads the previous token (smear, bigram)
         self.register_buffer("tokens", tokens, persistent=False)
+        # FoX's running sums of log-gates (batch_size, n_head, max_length) per layer, float32: write_gates_at
+        self.fox = gate_sums is not None
+        for layer, sums in enumerate(gate_sums or ()):
+            self.register_buffer(f"g{layer}", sums, persistent=False)
         self.n_layer = len(keys)
         self.batch_size, self.max_length = keys[0].size(0), keys[0].size(2)
         self.length = 0  # past_length: positions already cached
@@ -297,6 +325,16 @@ class KVCache(nn.Module):
     def write_tokens(self, positions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Write the token ids idx (B, T) at positions (T,); every cached token id, (B, max_length)."""
         return write_tokens_at(read_buffer(self, "tokens"), positions, idx)
+
+    def write_gates(self, layer: int, positions: torch.Tensor,
+                    log_gates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """FoX: continue one layer's running sums over the log-gates (B, n_head, T) at positions (T,) (see
+        write_gates_at); the new tokens' sums and the whole layer's."""
+        return write_gates_at(read_buffer(self, f"g{layer}"), positions, log_gates)
+
+    @property
+    def gate_sums(self) -> list[torch.Tensor] | None:
+        return [read_buffer(self, f"g{layer}") for layer in range(self.n_layer)] if self.fox else None
 
     @property
     def keys(self) -> list[torch.Tensor]:
@@ -319,14 +357,15 @@ class KVCache(nn.Module):
 
     def first_row(self) -> "KVCache":
         """A batch-1 cache that writes into row 0 of this one (a view: no copy)."""
-        tokens = read_buffer(self, "tokens")
-        row = KVCache([k[:1] for k in self.keys], [v[:1] for v in self.values], None if tokens is None else tokens[:1])
+        tokens, sums = read_buffer(self, "tokens"), self.gate_sums
+        row = KVCache([k[:1] for k in self.keys], [v[:1] for v in self.values], None if tokens is None else tokens[:1],
+                      None if sums is None else [g[:1] for g in sums])
         row.length = self.length
         return row
 
     def copy_first_row(self, length: int) -> None:
         """Give every row the first row's cache: one prompt run once for all samples of a batch."""
-        for tensor in (*self.keys, *self.values):
+        for tensor in (*self.keys, *self.values, *(self.gate_sums or ())):
             tensor[1:, :, :length] = tensor[:1, :, :length]
         tokens = read_buffer(self, "tokens")
         if tokens is not None:
@@ -351,13 +390,14 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, slots: torch.Tensor, cache: KVCache | None = None,
                 mask: torch.Tensor | None = None, rope: Turns | None = None, cope: torch.Tensor | None = None,
-                value_embedding: torch.Tensor | None = None,
-                first_values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                value_embedding: torch.Tensor | None = None, first_values: torch.Tensor | None = None,
+                forget: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, C) in the cache's columns slots (T,); mask (this layer's), rope and cope from
         InputLayer.attention_inputs (None: causal; None: no rotation; None: no CoPE). With a cache, attends to the
         whole cache after writing k and v in those columns. value_embedding (B, T, C): added to the values;
-        first_values (B, n_head, T, head_dim): the first layer's, mixed in (value_residual). Returns the output and
-        the values attention used for these tokens."""
+        first_values (B, n_head, T, head_dim): the first layer's, mixed in (value_residual); forget: this layer's
+        FoX gate (weight, bias), whose bias of x joins the mask. Returns the output and the values attention used
+        for these tokens."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
@@ -374,12 +414,28 @@ class CausalSelfAttention(nn.Module):
             q, k = self.turn(q, q_cos, q_sin), self.turn(k, k_cos, k_sin)
         if cache is not None:
             k, v = cache.update(self.layer, slots, k, v)
+        if forget is not None:
+            mask = self.forget_mask(x, forget, mask, slots, cache)
         if cope is not None:
             y = cope_attention(q, k, v, mask, cope[self.layer], self.dropout if self.training else 0.0)
         else:
             y = attend(q, k, v, mask, self.dropout, self.training, cached=cache is not None)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y)), values
+
+    def forget_mask(self, x: torch.Tensor, forget: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None,
+                    slots: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """FoX's float mask (B, n_head, T, K) for the input x (B, T, C): the gates' running sums of these tokens,
+        continued from the cache's and written into it, against those of every key, -inf where the bool mask
+        (None: causal over these tokens) hides the key."""
+        log_gates = log_forget_gates(x, *forget)
+        if cache is None:
+            query_sums = key_sums = log_gates.cumsum(-1)
+        else:
+            query_sums, key_sums = cache.write_gates(self.layer, slots, log_gates)
+        if mask is None:
+            mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device).tril()
+        return forget_bias(query_sums, key_sums, mask)
 
 
 class MLP(nn.Module):
@@ -419,12 +475,15 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, slots: torch.Tensor, cache: KVCache | None = None,
                 mask: torch.Tensor | None = None, rope: Turns | None = None, cope: torch.Tensor | None = None,
                 x0: torch.Tensor | None = None, value_embedding: torch.Tensor | None = None,
-                first_values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                first_values: torch.Tensor | None = None,
+                forget: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The block's output, and its attention's values (the first layer's feed value_residual's later ones);
-        x0, value_embedding and first_values where x0_shortcut, value_embeddings and value_residual are on."""
+        x0, value_embedding, first_values and forget where x0_shortcut, value_embeddings, value_residual and fox
+        are on."""
         if self.x0_mix is not None:
             x = self.x0_mix[0] * x + self.x0_mix[1] * x0
-        attended, values = self.attn(self.ln_1(x), slots, cache, mask, rope, cope, value_embedding, first_values)
+        attended, values = self.attn(self.ln_1(x), slots, cache, mask, rope, cope, value_embedding, first_values,
+                                     forget)
         x = x + attended
         return x + self.mlp(self.ln_2(x)), values
 
@@ -502,8 +561,10 @@ class GPT(nn.Module):
         key_shape = (*shape[:3], self.input_layer.encoding.key_width())  # PoPE's keys are twice as wide
         tokens = torch.zeros(shape[0], shape[2], dtype=torch.long, device=weight.device) if (
             c.smear or c.bigram_embedding) else None  # what the terms from the previous token read
+        gate_sums = [torch.zeros(shape[:3], device=weight.device) for _ in range(c.n_layer)] if (
+            self.input_layer.encoding.forget_gates(self.input_layer) is not None) else None  # FoX's, float32
         return KVCache(*([torch.zeros(size, device=weight.device, dtype=dtype or weight.dtype)
-                          for _ in range(c.n_layer)] for size in (key_shape, shape)), tokens)
+                          for _ in range(c.n_layer)] for size in (key_shape, shape)), tokens, gate_sums)
 
     def check_positions(self, seq_len: int, past_length: int) -> None:
         """Raise ValueError for seq_len tokens after past_length cached ones that this model cannot place."""
@@ -579,6 +640,7 @@ class GPT(nn.Module):
         mask, rope, cope = self.input_layer.attention_inputs(positions, key_length, cache is not None, starts, slots)
         encoding = self.input_layer.encoding
         per_layer = mask is not None and encoding.per_layer_bias  # FIRE: a bias of each layer's
+        gates = encoding.forget_gates(self.input_layer)  # FoX: each layer's gate
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         x0 = x if self.config.x0_shortcut else None
         first_values = None  # the first layer's values, where value_residual mixes them into the later layers'
@@ -586,11 +648,13 @@ class GPT(nn.Module):
             layer_mask = mask[layer] if per_layer else mask
             layer_rope = rope if encoding.rotates_layer(layer) else None  # layer_rope's NoPE layers: none
             value_embedding = None if value_embeddings is None else value_embeddings[layer]
+            forget = None if gates is None else (gates[0][layer], gates[1][layer])
             if recompute:  # non-reentrant: works with autocast, compile and FSDP, and replays the dropout masks
                 x, values = checkpoint(block, x, slots, None, layer_mask, layer_rope, cope, x0, value_embedding,
-                                       first_values, use_reentrant=False)
+                                       first_values, forget, use_reentrant=False)
             else:
-                x, values = block(x, slots, cache, layer_mask, layer_rope, cope, x0, value_embedding, first_values)
+                x, values = block(x, slots, cache, layer_mask, layer_rope, cope, x0, value_embedding, first_values,
+                                  forget)
             if layer == 0 and self.config.value_residual:
                 first_values = values
         logits = self.lm_head(self.ln_f(x))

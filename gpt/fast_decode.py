@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from layers.kernels import read_buffer
-from model import GPT, KVCache, write_at, write_tokens_at
+from model import GPT, KVCache, write_at, write_gates_at, write_tokens_at
 
 DecodeStep = Callable[..., torch.Tensor]  # (token, position, cache[, starts]) -> logits: GPT.decode_step's
 
@@ -34,6 +34,7 @@ class PlainCache:
     values: list[torch.Tensor]
     max_length: int
     tokens: torch.Tensor | None  # the token ids, where smear or the bigram embedding reads the previous one
+    gate_sums: list[torch.Tensor] | None  # FoX's running sums of log-gates, per layer
 
     def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor,
                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,6 +44,11 @@ class PlainCache:
     def write_tokens(self, positions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """KVCache.write_tokens, on the same tensor."""
         return write_tokens_at(self.tokens, positions, idx)
+
+    def write_gates(self, layer: int, positions: torch.Tensor,
+                    log_gates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """KVCache.write_gates, on the same tensors."""
+        return write_gates_at(self.gate_sums[layer], positions, log_gates)
 
 
 def compiled_decode_step(model: GPT) -> DecodeStep:
@@ -86,7 +92,7 @@ def frozen(model: GPT, step: Callable) -> DecodeStep:
 
     def frozen_step(token: torch.Tensor, position: torch.Tensor, cache: KVCache,
                     starts: torch.Tensor | None = None) -> torch.Tensor:
-        plain = PlainCache(cache.keys, cache.values, cache.max_length, read_buffer(cache, "tokens"))
+        plain = PlainCache(cache.keys, cache.values, cache.max_length, read_buffer(cache, "tokens"), cache.gate_sums)
         # freezing is read when a graph compiles, on the first call: set for the call, not a global setting. Set
         # and restored by hand: inductor_config.patch took 50 us a call (measured), this takes 10.
         was_freezing = inductor_config.freezing

@@ -131,6 +131,11 @@ class PositionEncoding:
         (cope_scores); None: attention is SDPA's."""
         return None
 
+    def forget_gates(self, held: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """FoX's gate projections, weights (n_layer, n_head, n_embd) and biases (n_layer, n_head), that each
+        attention layer applies to its own input for a bias of the tokens (log_forget_gates); None: no gate."""
+        return None
+
     def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor | None:
         """(n_head, T, K) float added to the scaled scores q.k/sqrt(head_dim) of queries at query_pos (T,) over keys
         at key_pos (K,), or (n_layer, n_head, T, K) where each layer has its own (per_layer_bias); or None; (B, T) and
@@ -642,11 +647,125 @@ def t5_bucket(distance: torch.Tensor, num_buckets: int, max_distance: int) -> to
     return torch.where(distance < exact, distance, far)
 
 
+# ---- x-transformers' data-dependent and dynamic biases: the Forgetting Transformer's gate, the dynamic position bias
+
+class Fox(PositionEncoding):
+    """The Forgetting Transformer (Lin et al. 2025, section 2; x-transformers' data_dependent_alibi): no position
+    signal but a forget gate per head, f_t = sigmoid(w . x_t + b), from each attention layer's own input x_t (the
+    block's normed hidden state), and the bias D_ij = sum_{t=j+1..i} log f_t on the scaled score of query i over key
+    j: a key fades by the gates of every token after it. Each layer has its own w (n_head, n_embd) and b (n_head,),
+    w ~ N(0, 0.02^2) and b = fox_bias_init, as the paper's code (zhixuan-lin/forgetting-transformer) initialises
+    its fgate_proj (b = 0: every gate 1/2 at first; x-transformers' bias_init is 5). The bias depends on the tokens,
+    not on the positions: attention computes it (forget_bias); the KV cache keeps each position's running sum
+    sum_{t<=j} log f_t, per layer and head, which is all a later query needs of a cached key."""
+
+    settings = ("fox_bias_init",)
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if not -math.inf < config.fox_bias_init < math.inf:  # also catches NaN
+            raise ValueError(f"fox_bias_init={config.fox_bias_init} must be a finite number (the paper's code: 0, "
+                             "x-transformers: 5)")
+
+    def new_parameters(self) -> dict[str, nn.Parameter]:
+        c = self.config
+        return {"fox_weight": nn.Parameter(torch.empty(c.n_layer, c.n_head, c.n_embd)),
+                "fox_bias": nn.Parameter(torch.empty(c.n_layer, c.n_head))}
+
+    def reset_parameters(self, held: nn.Module) -> None:
+        nn.init.normal_(held.fox_weight, mean=0.0, std=0.02)  # the paper's code: its initializer_range
+        nn.init.constant_(held.fox_bias, self.config.fox_bias_init)
+
+    def forget_gates(self, held: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        return held.fox_weight, held.fox_bias
+
+
+def log_forget_gates(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """log f_t = log sigmoid(w . x_t + b) (B, n_head, T), float32, of one layer's gates, weight (n_head, n_embd) and
+    bias (n_head,), at its input x (B, T, n_embd): in float32 under autocast too, as the paper's code computes them
+    (summed over thousands of tokens, bf16's rounding of each would add up)."""
+    with torch.autocast(x.device.type, enabled=False):
+        logits = torch.nn.functional.linear(x.float(), weight.float(), bias.float())
+    return torch.nn.functional.logsigmoid(logits).transpose(1, 2)
+
+
+def forget_bias(query_sums: torch.Tensor, key_sums: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """FoX's float mask (B, n_head, T, K): D_ij = c_i - c_j of the running sums c_t = sum_{s<=t} log f_s of the
+    queries (B, n_head, T) and of the keys (B, n_head, K), -inf where allowed (bool, broadcast to it) is False."""
+    bias = query_sums[..., :, None] - key_sums[..., None, :]
+    return bias.masked_fill(~allowed, float("-inf"))
+
+
+class DynamicBias(PositionEncoding):
+    """x-transformers' dynamic position bias (DynamicPositionBias, after Swin v2's log-spaced continuous bias): an
+    MLP of the distance d = i - j gives each head's bias on the scaled scores, one MLP shared by all layers, as
+    x-transformers builds one and hands it to every layer. Input d, or sign(d) log(|d| + 1) with
+    dynamic_bias_log_distance; then dynamic_bias_depth layers of Linear (to width n_embd // 4, x-transformers'
+    dim // 4) and SiLU, each with a LayerNorm before the SiLU where dynamic_bias_norm (the first one with a gain
+    alone, the later ones with a gain and a bias: x-transformers' own LayerNorm, then nn.LayerNorm); then a Linear
+    to n_head. Every Linear drawn as nn.Linear draws it, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), its bias too."""
+
+    settings = ("dynamic_bias_depth", "dynamic_bias_log_distance", "dynamic_bias_norm")
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if config.dynamic_bias_depth < 1:
+            raise ValueError(f"dynamic_bias_depth={config.dynamic_bias_depth} must be at least 1 (the MLP's hidden "
+                             "layers; x-transformers: 2)")
+        if config.n_embd < 4:
+            raise ValueError(f"pos_encoding='dynamic_bias' needs n_embd >= 4: its MLP is n_embd // 4 = "
+                             f"{config.n_embd // 4} wide")
+
+    def new_parameters(self) -> dict[str, nn.Parameter]:
+        c = self.config
+        width, hidden = c.n_embd // 4, c.dynamic_bias_depth - 1
+        shapes = {"dynamic_bias_w_in": (width,), "dynamic_bias_b_in": (width,),
+                  "dynamic_bias_w_hidden": (hidden, width, width), "dynamic_bias_b_hidden": (hidden, width),
+                  "dynamic_bias_w_out": (c.n_head, width), "dynamic_bias_b_out": (c.n_head,)}
+        if c.dynamic_bias_norm:
+            shapes.update(dynamic_bias_norm_gain=(hidden + 1, width), dynamic_bias_norm_bias=(hidden, width))
+        return {name: nn.Parameter(torch.empty(shape)) for name, shape in shapes.items()}
+
+    def reset_parameters(self, held: nn.Module) -> None:
+        width = self.config.n_embd // 4
+        for name, fan_in in (("dynamic_bias_w_in", 1), ("dynamic_bias_b_in", 1), ("dynamic_bias_w_hidden", width),
+                             ("dynamic_bias_b_hidden", width), ("dynamic_bias_w_out", width),
+                             ("dynamic_bias_b_out", width)):
+            nn.init.uniform_(getattr(held, name), -fan_in ** -0.5, fan_in ** -0.5)
+        if self.config.dynamic_bias_norm:
+            nn.init.ones_(held.dynamic_bias_norm_gain)
+            nn.init.zeros_(held.dynamic_bias_norm_bias)
+
+    def score_bias(self, held: nn.Module, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        """The MLP is read at the distances 0 .. K-1 (K keys) and gathered: in the model every causal pair's
+        distance is below K, since the queries are among the keys, which start at position 0 (row_positions of a
+        padded row too); a larger distance reads the bias of K-1."""
+        keys = key_pos.size(-1)
+        table = self.mlp(held, torch.arange(keys, device=key_pos.device, dtype=torch.float32))  # (K, n_head)
+        distance = distances(query_pos, key_pos).clamp(0, keys - 1)
+        return table[distance].movedim(-1, -3)  # (..., T, K, n_head) -> (..., n_head, T, K)
+
+    def mlp(self, held: nn.Module, distance: torch.Tensor) -> torch.Tensor:
+        """The bias (N, n_head) of each head at the distances (N,)."""
+        c = self.config
+        x = torch.sign(distance) * torch.log1p(distance.abs()) if c.dynamic_bias_log_distance else distance
+        x = x[:, None] * held.dynamic_bias_w_in + held.dynamic_bias_b_in  # Linear(1, width)
+        for layer in range(c.dynamic_bias_depth):
+            if layer:
+                x = x @ held.dynamic_bias_w_hidden[layer - 1].T + held.dynamic_bias_b_hidden[layer - 1]
+            if c.dynamic_bias_norm:
+                x = torch.nn.functional.layer_norm(x, (x.size(-1),), held.dynamic_bias_norm_gain[layer],
+                                                   held.dynamic_bias_norm_bias[layer - 1] if layer else None)
+            x = torch.nn.functional.silu(x)
+        return x @ held.dynamic_bias_w_out.T + held.dynamic_bias_b_out
+
+
 ENCODINGS: dict[str, type[PositionEncoding]] = {
     "learned": Learned, "sinusoidal": Sinusoidal, "rope": Rope, "alibi": Alibi, "none": PositionEncoding,
     "t5": T5Bias, "partial_rope": PartialRope, "p_rope": PRope, "xpos": XPos, "kerple": Kerple, "fire": Fire,
     "cope": Cope,
     "head_rope": HeadRope, "layer_rope": LayerRope, "pope": Pope,
+    "fox": Fox, "dynamic_bias": DynamicBias,
 }
 POS_ENCODINGS = tuple(ENCODINGS)  # the names GPTConfig.pos_encoding takes
 

@@ -30,7 +30,8 @@ LATER_MODEL_FIELDS = {name: getattr(GPTConfig, name) for name in (
     "partial_rope_fraction", "p_rope_fraction", "xpos_gamma", "xpos_scale_base", "kerple_kernel", "fire_width",
     "cope_positions", "random_positions", "mlp_activation", "qk_norm", "zero_init_proj", "logit_softcap", "tie_head",
     "zero_init_head", "value_embeddings", "value_residual", "x0_shortcut", "smear", "bigram_embedding",
-    "rope_heads", "nope_every")}
+    "rope_heads", "nope_every", "fox_bias_init", "dynamic_bias_depth",
+    "dynamic_bias_log_distance", "dynamic_bias_norm")}
 # TrainConfig fields added after records were committed, with defaults that do what the code before them did
 LATER_TRAIN_FIELDS = {"head_learning_rate": 0.0, "muon_momentum_warmup": 0, "muon_momentum_start": 0.85,
                       "muon_orthogonalize": "newton_schulz", "normuon": False, "cautious_weight_decay": False,

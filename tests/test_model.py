@@ -496,7 +496,7 @@ def test_config_errors():
     with pytest.raises(ValueError, match="n_embd=50 is not divisible by n_head=3"):
         GPTConfig(n_embd=50, n_head=3)
     valid = ("learned, sinusoidal, rope, alibi, none, t5, partial_rope, p_rope, xpos, kerple, fire, cope, head_rope, "
-             "layer_rope, pope")
+             "layer_rope, pope, fox, dynamic_bias")
     with pytest.raises(ValueError, match=f"pos_encoding='rotary' is not one of {valid}$"):
         GPTConfig(pos_encoding="rotary")
     with pytest.raises(ValueError, match=r"'rope' needs an even head_dim, got n_embd/n_head = 36/4 = 9; change"):
@@ -808,7 +808,8 @@ def block_calls_and_saved_bytes(model: GPT, idx: torch.Tensor, targets: torch.Te
     return calls[0], saved[0]
 
 
-@pytest.mark.parametrize("pos_encoding, dropout", [("learned", 0.0), ("learned", 0.2), ("rope", 0.2), ("alibi", 0.2)])
+@pytest.mark.parametrize("pos_encoding, dropout", [("learned", 0.0), ("learned", 0.2), ("rope", 0.2), ("alibi", 0.2),
+                                                   ("fox", 0.2)])  # fox: each layer's gate reaches the recomputed block
 def test_activation_checkpointing_gives_the_same_gradients_and_recomputes_each_block(pos_encoding, dropout):
     plain = tiny_model(pos_encoding, n_layer=3, dropout=dropout).train()
     recomputed = copy.deepcopy(plain)

@@ -125,6 +125,7 @@ def test_t5_settings_are_checked():
 
 def test_every_encoding_is_registered_under_its_name():
     assert P.POS_ENCODINGS == ("learned", "sinusoidal", "rope", "alibi", "none", "t5", "partial_rope", "p_rope", "xpos",
-                               "kerple", "fire", "cope", "head_rope", "layer_rope", "pope")
+                               "kerple", "fire", "cope", "head_rope", "layer_rope", "pope", "fox",
+                               "dynamic_bias")
     assert P.encoding_of(GPTConfig(pos_encoding="t5")).max_length() is None
     assert P.encoding_of(GPTConfig(pos_encoding="learned", block_size=64)).max_length() == 64

@@ -9,6 +9,11 @@ through its KV cache as it forwards the whole sequence at once.
   xPos (Sun et al. 2022, section 3.2): theta_i = base^(-2i/d), zeta_i = (2i/d + gamma) / (1 + gamma); the query at n
       turned by n theta_i and scaled by zeta_i^(n/B), the key at m by m theta_i and zeta_i^(-m/B), so that
       q_n . k_m = sum_i zeta_i^((n-m)/B) (R((n-m) theta_i) q_i) . k_i.
+  dynamic_bias (x-transformers' DynamicPositionBias): d' = sign(d) log(|d| + 1) (or d), h = silu(LN(W1 d' + b1)),
+      then depth - 1 times h = silu(LN(W h + b)), bias = W_out h + b_out; one MLP for all layers.
+  fox (Lin et al. 2025, section 2): f_t = sigmoid(w . x_t + b) per head from each layer's normed input x_t, and the
+      score of query i over key j gains D_ij = sum_{t=j+1..i} log f_t: here a whole GPT's logits in float64, the
+      sum written as a loop over t, uncached and through the KV cache.
 """
 
 import math
@@ -17,9 +22,11 @@ import re
 import numpy as np
 import pytest
 import torch
+from test_architecture_options import resumed_as_one_run
 
 from layers.positions import rotate
 from model import GPT, GPTConfig, InputLayer
+from train import TrainConfig, unused_settings
 
 EPS = 0.01  # KERPLE's floor of r1 and r2 (the paper's code), written here, not read from positions.py
 
@@ -389,7 +396,7 @@ def randomized_gpt(case: str) -> GPT:
     return model
 
 
-@pytest.mark.parametrize("case", ["kerple-log", "kerple-power", "fire", "xpos"])
+@pytest.mark.parametrize("case", ["kerple-log", "kerple-power", "fire", "xpos", "fox", "dynamic_bias"])
 def test_cached_decoding_equals_uncached_forward(case):
     model = randomized_gpt(case)
     idx = torch.randint(0, 37, (2, 12), generator=torch.Generator().manual_seed(2))
@@ -398,3 +405,194 @@ def test_cached_decoding_equals_uncached_forward(case):
         cache = model.make_cache(2, 16)
         steps = [model(idx[:, t:t + 1], cache=cache)[0] for t in range(12)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+# ---- dynamic position bias ---------------------------------------------------------------------------------------
+
+def dynamic_reference(p: dict, query_pos, key_pos, log_distance: bool, norm: bool) -> np.ndarray:
+    """(n_head, T, K) float64: x-transformers' MLP of the distance, each layer Linear, LayerNorm where norm (the
+    first with a gain alone), SiLU; then Linear to the heads. Read at every (i, j) on its own."""
+    def silu(z):
+        return z / (1.0 + np.exp(-z))
+
+    def layer_norm(z, gain, bias):
+        return (z - z.mean()) / np.sqrt(z.var() + 1e-5) * gain + bias
+
+    depth = len(p["b_hidden"]) + 1
+    out = np.zeros((len(p["b_out"]), len(query_pos), len(key_pos)))
+    for t, i in enumerate(query_pos):
+        for k, j in enumerate(key_pos):
+            d = float(i - j)
+            h = p["w_in"] * (np.sign(d) * np.log(abs(d) + 1.0) if log_distance else d) + p["b_in"]
+            for layer in range(depth):
+                if layer:
+                    h = p["w_hidden"][layer - 1] @ h + p["b_hidden"][layer - 1]
+                if norm:
+                    h = layer_norm(h, p["norm_gain"][layer], p["norm_bias"][layer - 1] if layer else 0.0)
+                h = silu(h)
+            out[:, t, k] = p["w_out"] @ h + p["b_out"]
+    return out
+
+
+def dynamic_layer(depth: int, log_distance: bool, norm: bool, seed: int = 0) -> tuple[InputLayer, dict]:
+    """A dynamic_bias input layer (3 heads, width 24 // 4 = 6) with hand-set random parameters, and those."""
+    layer = input_layer("dynamic_bias", n_head=3, n_embd=24, dynamic_bias_depth=depth,
+                        dynamic_bias_log_distance=log_distance, dynamic_bias_norm=norm).eval()
+    rng = np.random.default_rng(seed)
+    names = ["w_in", "b_in", "w_hidden", "b_hidden", "w_out", "b_out"] + (["norm_gain", "norm_bias"] if norm else [])
+    params = {}
+    for name in names:
+        parameter = getattr(layer, "dynamic_bias_" + name)
+        scale = 0.3 if name.startswith("w_in") and not log_distance else 1.0  # distances up to 30, not logs
+        params[name] = set_(parameter, rng.normal(1.0 if name == "norm_gain" else 0.0, scale, tuple(parameter.shape)))
+    return layer, params
+
+
+DYNAMIC_CASES = [(1, False, False), (2, True, False), (3, True, True), (2, False, True)]
+
+
+@pytest.mark.parametrize("depth, log_distance, norm", DYNAMIC_CASES)
+@pytest.mark.parametrize("query_pos, key_pos", [(list(range(31)), list(range(31))),  # uncached
+                                                (list(range(9, 16)), list(range(20)))])  # a cached step's
+def test_dynamic_bias_equals_numpy(depth, log_distance, norm, query_pos, key_pos):
+    layer, p = dynamic_layer(depth, log_distance, norm)
+    got = bias_of(layer, query_pos, key_pos)
+    assert got.shape == (3, len(query_pos), len(key_pos))  # one bias for every layer
+    expected = dynamic_reference(p, query_pos, key_pos, log_distance, norm)
+    mask = causal(query_pos, key_pos)
+    np.testing.assert_allclose(got[:, mask], expected[:, mask], rtol=1e-5, atol=1e-6)
+    # the distance's form matters: the other one is another bias
+    other = dynamic_reference(p, query_pos, key_pos, not log_distance, norm)
+    assert np.abs(got[:, mask] - other[:, mask]).max() > 1e-2
+
+
+def test_dynamic_bias_init_is_nn_linears():
+    """Every Linear (weights and biases) drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), filling it; the norms' gains
+    1 and biases 0, as nn.LayerNorm and x-transformers' LayerNorm start."""
+    layer = input_layer("dynamic_bias", n_head=64, n_embd=256, dynamic_bias_depth=3, dynamic_bias_norm=True)
+    width = 64  # 64 draws or more each: a tenth of the interval at either end is missed with probability ~1e-3
+    for name, shape, bound in (("w_in", (width,), 1.0), ("b_in", (width,), 1.0),
+                               ("w_hidden", (2, width, width), width ** -0.5), ("b_hidden", (2, width), width ** -0.5),
+                               ("w_out", (64, width), width ** -0.5), ("b_out", (64,), width ** -0.5)):
+        values = getattr(layer, "dynamic_bias_" + name).detach().double().numpy()
+        assert values.shape == shape, name
+        assert np.abs(values).max() <= bound, name
+        assert values.max() > 0.8 * bound and values.min() < -0.8 * bound, name
+    assert torch.equal(layer.dynamic_bias_norm_gain, torch.ones(3, width))
+    assert torch.equal(layer.dynamic_bias_norm_bias, torch.zeros(2, width))
+    assert not hasattr(input_layer("dynamic_bias", n_embd=16), "dynamic_bias_norm_gain")
+
+
+# ---- the Forgetting Transformer -------------------------------------------------------------------------------------
+
+def fox_reference_logits(model: GPT, idx: np.ndarray) -> np.ndarray:
+    """A FoX GPT's logits (B, T, vocab) in float64 from its state dict: each layer's gates from its normed input,
+    the bias D_ij = sum_{t=j+1..i} log f_t summed term by term, no position signal anywhere else."""
+    c = model.config
+    W = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
+    B, T = idx.shape
+    H, D = c.n_head, c.n_embd // c.n_head
+
+    def layer_norm(x, prefix):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-5) * W[prefix + ".weight"] + W[prefix + ".bias"]
+
+    def linear(x, prefix):
+        return x @ W[prefix + ".weight"].T + W[prefix + ".bias"]
+
+    x = W["input_layer.wte"][idx]
+    for layer in range(c.n_layer):
+        p = f"blocks.{layer}."
+        normed = layer_norm(x, p + "ln_1")
+        log_f = -np.log1p(np.exp(-(normed @ W["input_layer.fox_weight"][layer].T
+                                   + W["input_layer.fox_bias"][layer])))  # (B, T, H): log sigmoid
+        bias = np.full((B, H, T, T), -np.inf)
+        for i in range(T):
+            for j in range(i + 1):
+                bias[:, :, i, j] = sum((log_f[:, t] for t in range(j + 1, i + 1)), np.zeros((B, H)))
+        q, k, v = np.split(linear(normed, p + "attn.c_attn"), 3, axis=-1)
+        q, k, v = (t.reshape(B, T, H, D).transpose(0, 2, 1, 3) for t in (q, k, v))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + bias
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        x = x + linear((weights @ v).transpose(0, 2, 1, 3).reshape(B, T, H * D), p + "attn.c_proj")
+        h = linear(layer_norm(x, p + "ln_2"), p + "mlp.c_fc")
+        h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+        x = x + linear(h, p + "mlp.c_proj")
+    return layer_norm(x, "ln_f") @ W["input_layer.wte"].T
+
+
+def fox_gpt(seed: int = 0) -> GPT:
+    """A 2-layer FoX GPT with its weights at std 0.2 and gates that range from near 0 to near 1 (biases -1 .. 3,
+    weights of std 1): the bias reaches -10 and below over 12 tokens, and differs by token and head."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=2, n_embd=32, pos_encoding="fox")).eval()
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if not name.startswith("input_layer.fox"):
+                parameter.copy_(torch.as_tensor(rng.normal(0, 0.2, tuple(parameter.shape))))
+    set_(model.input_layer.fox_weight, rng.normal(0, 1.0, (2, 2, 32)))
+    set_(model.input_layer.fox_bias, [[-1.0, 3.0], [0.5, 2.0]])
+    return model
+
+
+@torch.no_grad()
+def test_fox_logits_equal_numpy_uncached_and_cached():
+    model = fox_gpt()
+    idx = torch.randint(0, 37, (2, 12), generator=torch.Generator().manual_seed(3))
+    expected = fox_reference_logits(model, idx.numpy())
+    full = model(idx)[0].double().numpy()
+    np.testing.assert_allclose(full, expected, rtol=0, atol=2e-6)
+    cache = model.make_cache(2, 16)
+    chunks = [model(idx[:, a:b], cache=cache)[0] for a, b in ((0, 5), (5, 6), (6, 12))]
+    np.testing.assert_allclose(torch.cat(chunks, 1).double().numpy(), expected, rtol=0, atol=2e-6)
+    # the cache holds each position's running sum of the layer's log-gates: the first layer's, from the tokens alone
+    normed = model.blocks[0].ln_1(model.input_layer(idx, torch.arange(12))).double().numpy()
+    log_f = -np.log1p(np.exp(-(normed @ model.input_layer.fox_weight[0].double().numpy().T
+                               + model.input_layer.fox_bias[0].double().numpy())))
+    np.testing.assert_allclose(cache.gate_sums[0][:, :, :12].double().numpy(), log_f.cumsum(1).transpose(0, 2, 1),
+                               rtol=0, atol=2e-6)
+    # the gates matter: with every gate 1 (no decay: NoPE, the same weights) the logits are others
+    model.input_layer.fox_bias.fill_(30.0)
+    assert np.abs(model(idx)[0].double().numpy() - expected).max() > 1e-2
+
+
+def test_fox_init_is_the_papers_code():
+    """fgate_proj as the paper's code draws it: weights N(0, 0.02^2), biases fox_bias_init (0: every gate 1/2)."""
+    layer = input_layer("fox", n_layer=3, n_head=8, n_embd=64)
+    weight = layer.fox_weight.detach().double().numpy()
+    assert weight.shape == (3, 8, 64) and abs(weight.std() - 0.02) < 0.002 and abs(weight.mean()) < 0.002
+    assert torch.equal(layer.fox_bias, torch.zeros(3, 8))
+    assert torch.equal(input_layer("fox", fox_bias_init=5.0).fox_bias, torch.full((1, 4), 5.0))
+
+
+# ---- both: training resumes as one run, and their settings are checked -------------------------------------------
+
+@pytest.mark.parametrize("settings", [dict(pos_encoding="fox", fox_bias_init=2.0),
+                                      dict(pos_encoding="dynamic_bias", dynamic_bias_depth=1, dynamic_bias_norm=True,
+                                           dynamic_bias_log_distance=False)])
+def test_training_resumes_as_one_run(tmp_path, char_data, settings):
+    resumed_as_one_run(tmp_path, char_data, settings)
+
+
+@pytest.mark.parametrize("name, value, owner", [("fox_bias_init", 5.0, "fox"),
+                                                ("dynamic_bias_depth", 3, "dynamic_bias"),
+                                                ("dynamic_bias_log_distance", False, "dynamic_bias"),
+                                                ("dynamic_bias_norm", True, "dynamic_bias")])
+def test_a_setting_of_theirs_under_another_encoding_is_one_line(name, value, owner):
+    model_config = GPTConfig(pos_encoding="rope", **{name: value})
+    assert unused_settings(TrainConfig(), model_config, [name]) == [
+        f"{name} is a setting of pos_encoding={owner}, and this run's is rope"]
+    assert unused_settings(TrainConfig(), GPTConfig(pos_encoding=owner, **{name: value}), [name]) == []
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(pos_encoding="dynamic_bias", dynamic_bias_depth=0), r"^dynamic_bias_depth=0 must be at least 1 "),
+    (dict(pos_encoding="dynamic_bias", n_embd=2, n_head=1), r"^pos_encoding='dynamic_bias' needs n_embd >= 4"),
+    (dict(pos_encoding="fox", fox_bias_init=math.nan), r"^fox_bias_init=nan must be a finite number"),
+    (dict(pos_encoding="fox", fox_bias_init=-math.inf), r"^fox_bias_init=-inf must be a finite number")])
+def test_a_nonsense_setting_of_theirs_is_one_line(settings, message):
+    with pytest.raises(ValueError, match=message) as refused:
+        GPTConfig(**settings)
+    assert "\n" not in str(refused.value)
