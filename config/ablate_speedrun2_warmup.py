@@ -22,6 +22,24 @@ variants = [
     "rope lr_schedule=wsd optimizer=muon learning_rate=0.01 muon_learning_rate=0.01 batch_size=24 qk_norm=True "
     "warmup_iters=30",
 ]
+labels = [  # the names its tables and plots give the cells (no part of the runs' identity)
+    "GPT-2 track, round one's pick (warmup 100): learned lr_schedule=wsd optimizer=muon learning_rate=0.003 "
+    "muon_learning_rate=0.01 batch_size=24",
+    "GPT-2 track, warmup 30: learned lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 "
+    "batch_size=24 warmup_iters=30",
+    "GPT-2 track, warmup 30, Muon 0.02: learned lr_schedule=wsd optimizer=muon learning_rate=0.003 "
+    "muon_learning_rate=0.02 batch_size=24 warmup_iters=30",
+    "GPT-2 track, warmup 30, AdamW 0.01: learned lr_schedule=wsd optimizer=muon learning_rate=0.01 "
+    "muon_learning_rate=0.01 batch_size=24 warmup_iters=30",
+    "open track, round one's pick (warmup 100): rope lr_schedule=wsd optimizer=muon learning_rate=0.003 "
+    "muon_learning_rate=0.01 batch_size=24 qk_norm=True",
+    "open track, warmup 30: rope lr_schedule=wsd optimizer=muon learning_rate=0.003 muon_learning_rate=0.01 "
+    "batch_size=24 qk_norm=True warmup_iters=30",
+    "open track, warmup 30, Muon 0.02: rope lr_schedule=wsd optimizer=muon learning_rate=0.003 "
+    "muon_learning_rate=0.02 batch_size=24 qk_norm=True warmup_iters=30",
+    "open track, warmup 30, AdamW 0.01: rope lr_schedule=wsd optimizer=muon learning_rate=0.01 "
+    "muon_learning_rate=0.01 batch_size=24 qk_norm=True warmup_iters=30",
+]
 seeds = 2
 first_seed = 200100
 eval_split = "val"
