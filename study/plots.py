@@ -452,13 +452,18 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
     if margin:
         right.axhspan(-margin, margin, color="gray", alpha=0.15, label=f"equivalence margin ±{margin:g}")
     ticks = {entry["rows"][0]["tokens_seen"]: budget for budget, entry in budgets["by_budget"].items()}
+    seen = sorted(ticks)
+    # budgets this near each other: their two-line labels would run into each other
+    close = any(b / a < 1.4 for a, b in zip(seen, seen[1:], strict=False))
     for ax in (left, right):
         ax.set_xscale("log")
-        ax.set_xticks(list(ticks), [f"{tokens / 1e6:.3g}M\n({budget} steps)" for tokens, budget in ticks.items()])
+        ax.set_xticks(list(ticks), [f"{tokens / 1e6:.3g}M{' ' if close else chr(10)}({budget} steps)"
+                                    for tokens, budget in ticks.items()],
+                      rotation=60 if close else 0, ha="right" if close else "center")
         ax.minorticks_off()
         ax.set_xlabel("tokens seen in training (one point per budget, each a complete schedule)")
     left.set_ylabel(f"{study['split']} loss at L = block_size (nats/token)")
-    right.set_ylabel("paired difference (nats/token); negative: the cell is better")
+    right.set_ylabel("paired difference (nats/token)\nnegative: the cell is better")
     left.set_title("Loss against tokens seen")
     right.set_title(f"Gap to {budgets['reference']}, seed by seed")
     fig.suptitle(f"Budgets (final models; {BAND})")
