@@ -261,3 +261,35 @@ def corpus(n_words: int = 800) -> str:
     rng = random.Random(0)
     lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(n_words // 8)]
     return "\n".join(lines) + "\n"
+
+
+def numpy_gpt_logits(model, idx: np.ndarray, scores) -> np.ndarray:
+    """A GPT's logits (B, T, vocab) in NumPy float64 from its state dict W, GPT-2's block written out (LayerNorm,
+    causal attention, tanh GELU MLP, the head tied to wte), for the references that test an encoding against its
+    source: scores(W, layer, normed, q, k) gives the attention scores (B, H, T, T) before the softmax, scaled, biased
+    and masked as the encoding has them, from the layer's normed input (B, T, C) and its q, k (B, H, T, D)."""
+    c = model.config
+    W = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
+    B, T = idx.shape
+    H, D = c.n_head, c.n_embd // c.n_head
+
+    def layer_norm(x, prefix):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-5) * W[prefix + ".weight"] + W[prefix + ".bias"]
+
+    def linear(x, prefix):
+        return x @ W[prefix + ".weight"].T + W[prefix + ".bias"]
+
+    x = W["input_layer.wte"][idx]
+    for layer in range(c.n_layer):
+        p = f"blocks.{layer}."
+        normed = layer_norm(x, p + "ln_1")
+        q, k, v = np.split(linear(normed, p + "attn.c_attn"), 3, axis=-1)
+        q, k, v = (t.reshape(B, T, H, D).transpose(0, 2, 1, 3) for t in (q, k, v))
+        s = scores(W, layer, normed, q, k)
+        weights = np.exp(s - s.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        x = x + linear((weights @ v).transpose(0, 2, 1, 3).reshape(B, T, H * D), p + "attn.c_proj")
+        h = linear(layer_norm(x, p + "ln_2"), p + "mlp.c_fc")
+        x = x + linear(0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3))), p + "mlp.c_proj")
+    return layer_norm(x, "ln_f") @ W["input_layer.wte"].T

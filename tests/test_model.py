@@ -13,7 +13,7 @@ import input_layer_numpy as ref
 import numpy as np
 import pytest
 import torch
-from helpers import BLOCK, VOCAB, max_abs, random_ids, randomize_, tiny_config, tiny_model
+from helpers import BLOCK, VOCAB, max_abs, numpy_gpt_logits, random_ids, randomize_, tiny_config, tiny_model
 from scipy import stats
 from torch import nn
 from torch.nn import functional as F
@@ -710,45 +710,27 @@ def reference_forward(model: GPT, idx: np.ndarray) -> np.ndarray:
     (x_i, x_{i+d/2}), alibi as an explicit bias matrix with the paper's slopes, t5 as its table read at the float64
     buckets of input_layer_numpy."""
     c = model.config
-    W = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
-    B, T = idx.shape
     H, D = c.n_head, c.n_embd // c.n_head
-    pos = np.arange(T)
-
-    def layer_norm(x, prefix):
-        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + 1e-5) * W[prefix + ".weight"] + W[prefix + ".bias"]
-
-    def linear(x, prefix):
-        return x @ W[prefix + ".weight"].T + W[prefix + ".bias"]
+    pos = np.arange(idx.shape[1])
+    distance = pos[:, None] - pos[None, :]  # query - key
 
     def rope(x):  # x (B, H, T, D)
         theta = c.rope_base ** (-2.0 * np.arange(D // 2) / D)
         z = (x[..., :D // 2] + 1j * x[..., D // 2:]) * np.exp(1j * pos[:, None] * theta)
         return np.concatenate([z.real, z.imag], axis=-1)
 
-    distance = pos[:, None] - pos[None, :]  # query - key
-    bias = np.where(distance >= 0, 0.0, -np.inf)[None]
-    if c.pos_encoding == "alibi":
-        bias = bias - np.array(paper_alibi_slopes(H))[:, None, None] * distance
-    if c.pos_encoding == "t5":  # one learned scalar per (bucket, head), the bucket of the distance
-        table = W["input_layer.relative_bias"]
-        bias = bias + table[ref.t5_buckets(distance, c.t5_num_buckets, c.t5_max_distance)].transpose(2, 0, 1)
-    x = W["input_layer.wte"][idx]
-    for layer in range(c.n_layer):
-        p = f"blocks.{layer}."
-        q, k, v = np.split(linear(layer_norm(x, p + "ln_1"), p + "attn.c_attn"), 3, axis=-1)
-        q, k, v = (t.reshape(B, T, H, D).transpose(0, 2, 1, 3) for t in (q, k, v))
+    def scores(W, layer, normed, q, k):
+        bias = np.where(distance >= 0, 0.0, -np.inf)[None]
+        if c.pos_encoding == "alibi":
+            bias = bias - np.array(paper_alibi_slopes(H))[:, None, None] * distance
+        if c.pos_encoding == "t5":  # one learned scalar per (bucket, head), the bucket of the distance
+            table = W["input_layer.relative_bias"]
+            bias = bias + table[ref.t5_buckets(distance, c.t5_num_buckets, c.t5_max_distance)].transpose(2, 0, 1)
         if c.pos_encoding == "rope":
             q, k = rope(q), rope(k)
-        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + bias
-        weights = np.exp(scores - scores.max(-1, keepdims=True))
-        weights /= weights.sum(-1, keepdims=True)
-        x = x + linear((weights @ v).transpose(0, 2, 1, 3).reshape(B, T, H * D), p + "attn.c_proj")
-        h = linear(layer_norm(x, p + "ln_2"), p + "mlp.c_fc")
-        h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
-        x = x + linear(h, p + "mlp.c_proj")
-    return layer_norm(x, "ln_f") @ W["input_layer.wte"].T
+        return q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + bias
+
+    return numpy_gpt_logits(model, idx, scores)
 
 
 @pytest.mark.parametrize("pos_encoding", ["rope", "alibi", "t5"])

@@ -22,7 +22,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from test_architecture_options import resumed_as_one_run
+from helpers import numpy_gpt_logits, resumed_as_one_run
 
 from layers.positions import rotate
 from model import GPT, GPTConfig, InputLayer
@@ -488,38 +488,19 @@ def test_dynamic_bias_init_is_nn_linears():
 def fox_reference_logits(model: GPT, idx: np.ndarray) -> np.ndarray:
     """A FoX GPT's logits (B, T, vocab) in float64 from its state dict: each layer's gates from its normed input,
     the bias D_ij = sum_{t=j+1..i} log f_t summed term by term, no position signal anywhere else."""
-    c = model.config
-    W = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
     B, T = idx.shape
-    H, D = c.n_head, c.n_embd // c.n_head
+    H, D = model.config.n_head, model.config.n_embd // model.config.n_head
 
-    def layer_norm(x, prefix):
-        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + 1e-5) * W[prefix + ".weight"] + W[prefix + ".bias"]
-
-    def linear(x, prefix):
-        return x @ W[prefix + ".weight"].T + W[prefix + ".bias"]
-
-    x = W["input_layer.wte"][idx]
-    for layer in range(c.n_layer):
-        p = f"blocks.{layer}."
-        normed = layer_norm(x, p + "ln_1")
+    def scores(W, layer, normed, q, k):
         log_f = -np.log1p(np.exp(-(normed @ W["input_layer.fox_weight"][layer].T
                                    + W["input_layer.fox_bias"][layer])))  # (B, T, H): log sigmoid
         bias = np.full((B, H, T, T), -np.inf)
         for i in range(T):
             for j in range(i + 1):
                 bias[:, :, i, j] = sum((log_f[:, t] for t in range(j + 1, i + 1)), np.zeros((B, H)))
-        q, k, v = np.split(linear(normed, p + "attn.c_attn"), 3, axis=-1)
-        q, k, v = (t.reshape(B, T, H, D).transpose(0, 2, 1, 3) for t in (q, k, v))
-        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + bias
-        weights = np.exp(scores - scores.max(-1, keepdims=True))
-        weights /= weights.sum(-1, keepdims=True)
-        x = x + linear((weights @ v).transpose(0, 2, 1, 3).reshape(B, T, H * D), p + "attn.c_proj")
-        h = linear(layer_norm(x, p + "ln_2"), p + "mlp.c_fc")
-        h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
-        x = x + linear(h, p + "mlp.c_proj")
-    return layer_norm(x, "ln_f") @ W["input_layer.wte"].T
+        return q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + bias
+
+    return numpy_gpt_logits(model, idx, scores)
 
 
 def fox_gpt(seed: int = 0) -> GPT:

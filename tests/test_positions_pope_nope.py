@@ -9,7 +9,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from helpers import BLOCK, VOCAB, random_ids, randomize_, resumed_as_one_run
+from helpers import BLOCK, VOCAB, numpy_gpt_logits, random_ids, randomize_, resumed_as_one_run
 
 from layers.positions import polar
 from model import GPT, GPTConfig
@@ -63,42 +63,23 @@ def reference_logits(model: GPT, idx: np.ndarray) -> np.ndarray:
     layer_rope rope except in the layers HF's no_rope_layers marks 0, int((i + 1) % interval != 0), pope
     pope_scores_np."""
     c = model.config
-    W = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
-    B, T = idx.shape
     heads, d = c.n_head, c.n_embd // c.n_head
-    pos = np.arange(T)
+    pos = np.arange(idx.shape[1])
     no_rope_layers = [int(c.pos_encoding != "layer_rope" or (i + 1) % c.nope_every != 0)  # HF's: 1 turns, 0 not
                       for i in range(c.n_layer)]
 
-    def layer_norm(x, prefix):
-        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + 1e-5) * W[prefix + ".weight"] + W[prefix + ".bias"]
-
-    def linear(x, prefix):
-        return x @ W[prefix + ".weight"].T + W[prefix + ".bias"]
-
-    def scores(q, k, layer):
+    def scores(W, layer, normed, q, k):
+        causal = np.where(pos[:, None] >= pos[None, :], 0.0, -np.inf)
         if c.pos_encoding == "pope":
-            return pope_scores_np(q, k, pos, pos, W["input_layer.pope_bias"], c.rope_base)
+            return pope_scores_np(q, k, pos, pos, W["input_layer.pope_bias"], c.rope_base) + causal
         if c.pos_encoding == "head_rope":
             turned = c.rope_heads or heads // 2
             q, k = (np.concatenate([rope_np(t[:, :turned], pos, c.rope_base), t[:, turned:]], axis=1) for t in (q, k))
         elif no_rope_layers[layer]:
             q, k = rope_np(q, pos, c.rope_base), rope_np(k, pos, c.rope_base)
-        return q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
+        return q @ np.swapaxes(k, -1, -2) / np.sqrt(d) + causal
 
-    x = W["input_layer.wte"][idx]
-    for layer in range(c.n_layer):
-        p = f"blocks.{layer}."
-        q, k, v = np.split(linear(layer_norm(x, p + "ln_1"), p + "attn.c_attn"), 3, axis=-1)
-        q, k, v = (t.reshape(B, T, heads, d).transpose(0, 2, 1, 3) for t in (q, k, v))
-        s = scores(q, k, layer) + np.where(pos[:, None] >= pos[None, :], 0.0, -np.inf)
-        weights = np.exp(s - s.max(-1, keepdims=True))
-        weights /= weights.sum(-1, keepdims=True)
-        x = x + linear((weights @ v).transpose(0, 2, 1, 3).reshape(B, T, heads * d), p + "attn.c_proj")
-        h = linear(layer_norm(x, p + "ln_2"), p + "mlp.c_fc")
-        x = x + linear(0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3))), p + "mlp.c_proj")
-    return layer_norm(x, "ln_f") @ W["input_layer.wte"].T
+    return numpy_gpt_logits(model, idx, scores)
 
 
 CASES = {"pope": {}, "head_rope 1": {"rope_heads": 1}, "head_rope 0": {}, "head_rope 2": {"rope_heads": 2},
