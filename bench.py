@@ -12,6 +12,7 @@
                                                                                          # vs learned
     python bench.py config/speedrun_cpu_baseline.py --what=nanogpt --nanogpt_dir=../nanoGPT --repeats=1
                                                                  # whole runs: nanoGPT's own train.py vs ours
+    python bench.py config/speedrun_cpu_gpt2.py --what=muon --clock=cpu   # Muon's step at 5, 4, 3, 2 iterations
     python bench.py --what=gpu_check   # a GPU machine end to end in under 10 minutes: its peak, the gpu tests,
                                        # training's MFU, decoding vs its floors; a report to paste (gpu_check.py)
 
@@ -34,6 +35,9 @@ Tokenizers: on one text, GPT-2's and a BPE learned from all of the text for each
 nanoGPT: whole training runs of nanoGPT's own train.py and of ours on one CPU recipe and one character dataset,
 alternating over the rounds, as separate processes: each one's training seconds with evaluation excluded, and the
 ratio round by round.
+Muon: one Muon step on the model's block matrices at muon_orthogonalize_steps 5, 4, 3 and 2, Newton-Schulz and Polar
+Express, in alternating rounds: ms a step, each as a time over its method's at 5, and the orthogonalised matrices'
+distance from the exact polar factor U V^T, for Gaussian matrices and for the model's gradients.
 GPU check: the device and its measured matmul peak, pytest -m gpu, the baby config trained eager and compiled and
 the 124M shape's compiled step (tokens/s, MFU), decoding through the cached, compiled and CUDA-graph paths against
 the matmul and bandwidth floors; each section with its own time limit, in its own process; a report in a new folder
@@ -52,6 +56,7 @@ from benchmarks.common import GPU_CHECK_ONLY, BenchConfig
 from benchmarks.decode_speed import bench_sample, bench_step_variants
 from benchmarks.encoding_speed import bench_encodings
 from benchmarks.gpu_check import gpu_check
+from benchmarks.muon_speed import bench_muon
 from benchmarks.nanogpt_train import bench_nanogpt
 from benchmarks.study_speed import bench_study
 from benchmarks.tokenizer_speed import bench_tokenizer, tokenizer_text
@@ -63,7 +68,8 @@ from train import TrainConfig
 from training.devices import use_huge_pages
 
 FORMATS = {"tokens/s": "{:,.0f}", "steps/s": "{:.2f}", "x": "{:.2f}x", "%": "{:.1%}", "ms": "{:.2f} ms",
-           "GFLOP/s": "{:,.1f}", "s": "{:.2f} s", "MB/s": "{:.1f} MB/s", "tokens/byte": "{:.3f}"}
+           "GFLOP/s": "{:,.1f}", "s": "{:.2f} s", "MB/s": "{:.1f} MB/s", "tokens/byte": "{:.3f}",
+           "relative": "{:.3f}"}
 
 
 def spread_cell(values: list[float], unit: str) -> str:
@@ -102,7 +108,7 @@ def load_averages() -> str:
 
 BENCHMARKS = {"train": bench_train, "sample": bench_sample, "step": bench_step_variants,  # --what: its benchmark
               "tokenizer": bench_tokenizer, "study": bench_study, "encodings": bench_encodings,
-              "nanogpt": bench_nanogpt}
+              "nanogpt": bench_nanogpt, "muon": bench_muon}
 
 
 def measure_once(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig) -> dict:

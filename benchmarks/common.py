@@ -10,7 +10,7 @@ import torch
 from text.bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
 # bench.py's BENCHMARKS in order, then the check (gpu_check.py)
-WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings", "nanogpt", "gpu_check")
+WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings", "nanogpt", "muon", "gpu_check")
 # The settings of --what=gpu_check alone, and those it reads beside them (the rest do nothing there and are refused).
 GPU_CHECK_ONLY = ("out", "sections", "isolate", "check_seconds")
 GPU_CHECK_READS = ("what", "bench_steps", "warmup_steps", "max_new_tokens", "figures_file", "device", "dataset")
@@ -18,7 +18,7 @@ GPU_CHECK_READS = ("what", "bench_steps", "warmup_steps", "max_new_tokens", "fig
 
 @dataclass
 class BenchConfig:
-    what: str = "train"  # train | sample | step | tokenizer | study | encodings | nanogpt | gpu_check (bench.py's text)
+    what: str = "train"  # train | sample | step | tokenizer | study | encodings | nanogpt | muon | gpu_check (bench.py)
     bench_steps: int = 30  # timed training steps per variant and round
     warmup_steps: int = 5  # untimed steps first (compilation, allocator warm-up)
     rounds: int = 3  # alternating rounds over the variants; the median round counts

@@ -10,7 +10,8 @@ modded-nanogpt say. Each part keeps its own base rate, and the schedule (schedul
 The speedruns' newer Muon pieces are options, off by default (torch's Muon then steps, bit for bit as before):
 Polar Express's per-iteration coefficients in place of Newton-Schulz's fixed ones, NorMuon's per-neuron
 normalisation, cautious weight decay (MuonVariants, our own Muon step, used when one of them is on), and a momentum
-warmup (muon_momentum_at, under either step).
+warmup (muon_momentum_at, under either step). muon_orthogonalize_steps sets the iterations of either step (torch's
+ns_steps; 5, the default, is today's step).
 """
 
 import math
@@ -43,6 +44,7 @@ class OptimizerSettings(typing.Protocol):
     muon_learning_rate: float  # Muon's peak rate
     muon_momentum: float
     muon_orthogonalize: str  # one of ORTHOGONALIZATIONS
+    muon_orthogonalize_steps: int  # its iterations: torch's ns_steps; polar_express's first N coefficient triples
     normuon: bool
     cautious_weight_decay: bool
     muon_momentum_warmup: int  # steps
@@ -67,6 +69,15 @@ def check_optimizer_settings(config: OptimizerSettings) -> None:
     if config.muon_orthogonalize not in ORTHOGONALIZATIONS:
         raise ValueError(f"muon_orthogonalize={config.muon_orthogonalize!r} must be one of "
                          f"{', '.join(ORTHOGONALIZATIONS)}")
+    if config.muon_orthogonalize_steps < 1:
+        raise ValueError(f"muon_orthogonalize_steps={config.muon_orthogonalize_steps} must be >= 1 (the "
+                         f"orthogonalisation's iterations; Keller Jordan's Muon: {NS_STEPS})")
+    if config.muon_orthogonalize == "polar_express" and \
+            config.muon_orthogonalize_steps > len(POLAR_EXPRESS_COEFFICIENTS):
+        raise ValueError(f"muon_orthogonalize_steps={config.muon_orthogonalize_steps} is more than the "
+                         f"{len(POLAR_EXPRESS_COEFFICIENTS)} iterations polar_express has coefficients for (the "
+                         f"paper's, one triple an iteration); give muon_orthogonalize_steps <= "
+                         f"{len(POLAR_EXPRESS_COEFFICIENTS)}, or muon_orthogonalize=newton_schulz")
     if config.muon_momentum_warmup < 0:
         raise ValueError(f"muon_momentum_warmup={config.muon_momentum_warmup} must be >= 0 (0: no warmup)")
     if not 0.0 <= config.muon_momentum_start < 1.0:
@@ -120,7 +131,8 @@ NS_EPS = 1e-7
 # Polar Express (Amsel, Persson, Musco and Gower 2025, "The Polar Express: Optimal Matrix Sign Methods and Their
 # Application to the Muon Algorithm", arXiv:2505.16932): iteration t applies its own odd quintic a x + b x^3 + c x^5
 # to the singular values, each the best for the interval the ones before it leave, where Newton-Schulz repeats one.
-# The paper's coefficients for 5 iterations, safety factor 2e-2 and cushion 2 (those nanochat and modded-nanogpt use);
+# The paper's coefficients for 5 iterations, safety factor 2e-2 and cushion 2 (those nanochat and modded-nanogpt use;
+# fewer iterations take the first ones);
 # the input is divided by (1 + the safety factor) times its Frobenius norm, which bounds its spectral norm by 1/1.02.
 POLAR_EXPRESS_COEFFICIENTS = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
@@ -139,13 +151,13 @@ def orthogonalize(update: torch.Tensor, method: str, group: dict) -> torch.Tenso
     """The update's nearest semi-orthogonal matrix, approximately, in bfloat16 as torch computes it: normalised, then
     X <- aX + (bA + cA^2)X with A = X X^T, the wide way round. newton_schulz is torch.optim.Muon's
     _zeropower_via_newtonschulz op for op (group's ns_coefficients, ns_steps times, X / max(||X||_F, eps)), so that
-    this step equals torch's; polar_express takes each iteration's own coefficients."""
+    this step equals torch's; polar_express takes each iteration's own coefficients, the first ns_steps of them."""
     x = update.bfloat16()
     tall = update.size(0) > update.size(1)
     x = x.T if tall else x
     if method == "polar_express":
         x = x / (x.norm() * (1 + POLAR_EXPRESS_SAFETY) + POLAR_EXPRESS_EPS)
-        coefficients = POLAR_EXPRESS_COEFFICIENTS
+        coefficients = POLAR_EXPRESS_COEFFICIENTS[:group["ns_steps"]]
     else:
         x = x / x.norm().clamp(min=group["eps"])
         coefficients = (group["ns_coefficients"],) * group["ns_steps"]
@@ -173,15 +185,16 @@ class MuonVariants(torch.optim.Optimizer):
     after it, a mask on its decay): torch's update op for op otherwise, with its group settings and its
     momentum_buffer, so that the default path stays torch's own and a checkpoint of one resumes in the other.
 
-    orthogonalization: one of ORTHOGONALIZATIONS. normuon: normuon_normalize after it. cautious_weight_decay: decay
-    a weight only where it and the update agree in sign (Chen, Li, Liang, Su, Xie, Pierse, Liang, Lao and Liu 2025,
-    "Cautious Weight Decay", arXiv:2510.12402: x <- x - lr (u + wd I(u x >= 0) x); nanochat and modded-nanogpt):
-    there both move it towards zero, and decay elsewhere would pull against the step."""
+    orthogonalization: one of ORTHOGONALIZATIONS, ns_steps iterations of it (the group's, as torch's). normuon:
+    normuon_normalize after it. cautious_weight_decay: decay a weight only where it and the update agree in sign
+    (Chen, Li, Liang, Su, Xie, Pierse, Liang, Lao and Liu 2025, "Cautious Weight Decay", arXiv:2510.12402:
+    x <- x - lr (u + wd I(u x >= 0) x); nanochat and modded-nanogpt): there both move it towards zero, and decay
+    elsewhere would pull against the step."""
 
     def __init__(self, params: list[nn.Parameter], *, lr: float, weight_decay: float, momentum: float,
-                 orthogonalization: str, normuon: bool, cautious_weight_decay: bool) -> None:
+                 orthogonalization: str, normuon: bool, cautious_weight_decay: bool, ns_steps: int = NS_STEPS) -> None:
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=True,
-                                      ns_coefficients=NS_COEFFICIENTS, eps=NS_EPS, ns_steps=NS_STEPS,
+                                      ns_coefficients=NS_COEFFICIENTS, eps=NS_EPS, ns_steps=ns_steps,
                                       adjust_lr_fn=MUON_LR_ADJUSTMENT))
         self.orthogonalization, self.normuon, self.cautious_weight_decay = (orthogonalization, normuon,
                                                                            cautious_weight_decay)
@@ -234,8 +247,13 @@ class MuonAdamW(torch.optim.Optimizer):
             part.step()
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """The checkpoint's moments and group settings, but Muon's ns_steps as built (the run's
+        muon_orthogonalize_steps): a resume that gives another is named in its note, and must then step with it."""
+        steps = [group["ns_steps"] for group in self.parts[0].param_groups]
         super().load_state_dict(state_dict)
         self.share()
+        for group, ns_steps in zip(self.parts[0].param_groups, steps, strict=True):
+            group["ns_steps"] = ns_steps
 
 
 def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> torch.optim.Optimizer:
@@ -254,11 +272,13 @@ def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> 
     momentum = muon_momentum_at(0, config)
     if config.muon_orthogonalize == "newton_schulz" and not config.normuon and not config.cautious_weight_decay:
         muon = torch.optim.Muon(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
-                                momentum=momentum, adjust_lr_fn=MUON_LR_ADJUSTMENT)
+                                momentum=momentum, ns_steps=config.muon_orthogonalize_steps,
+                                adjust_lr_fn=MUON_LR_ADJUSTMENT)
     else:
         muon = MuonVariants(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
                             momentum=momentum, orthogonalization=config.muon_orthogonalize, normuon=config.normuon,
-                            cautious_weight_decay=config.cautious_weight_decay)
+                            cautious_weight_decay=config.cautious_weight_decay,
+                            ns_steps=config.muon_orthogonalize_steps)
     return MuonAdamW(muon, adamw)
 
 
