@@ -31,6 +31,7 @@ from model import GPT, GPTConfig
 from options import parse_options_and_choices
 from text.dataset import check_recorded_tokens, get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import bits_per_unit, from_description, read_description, token_byte_counts
+from training.batch_schedule import batch_size_at, check_batch_schedule, sequences_before
 from training.batches import Batch, BatchPrefetcher
 from training.checkpoint import (
     SEED_LIMIT,
@@ -98,6 +99,8 @@ class TrainConfig:
     wandb_mode: str = "online"  # wandb mode: online | offline | disabled (offline and disabled need no login)
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step, over all processes together
     batch_size: int = 12  # sequences per micro-batch (per process)
+    batch_size_warmup: int = 0  # steps over which each micro-batch grows from batch_size_start to batch_size; 0: off
+    batch_size_start: int = 0  # batch_size_warmup: the sequences per micro-batch at step 0, in [1, batch_size)
     learning_rate: float = 6e-4  # peak learning rate (AdamW's)
     head_learning_rate: float = 0.0  # tie_head=False: the head's own AdamW peak rate, scheduled alike; 0: learning_rate
     max_iters: int = 5000  # optimizer steps in all
@@ -164,6 +167,7 @@ class TrainConfig:
             raise ValueError(f"extend_positions={self.extend_positions!r} must be one of {', '.join(METHODS)} (or "
                              "empty: a block_size larger than init_from's is refused)")
         check_schedule(self)
+        check_batch_schedule(self)
         check_optimizer_settings(self)
         check_average(self)
 
@@ -357,9 +361,17 @@ def resumed_settings(config: TrainConfig, trained: dict, given: frozenset[str]) 
     return config, f"note: resuming with {', '.join(changed)}; every other setting is the run's" if changed else ""
 
 
-def tokens_per_iter(config: TrainConfig, model_config: GPTConfig) -> int:
-    """Tokens one optimizer step trains on: a study's budgets count them, the loop's tokens/s divides by them."""
-    return config.gradient_accumulation_steps * config.batch_size * model_config.block_size
+def tokens_per_iter(config: TrainConfig, model_config: GPTConfig, step: int | None = None) -> int:
+    """Tokens one optimizer step trains on: a full step's (step None), or step's under the batch-size schedule (the
+    loop's tokens/s divides by these)."""
+    batch = config.batch_size if step is None else batch_size_at(step, config)
+    return config.gradient_accumulation_steps * batch * model_config.block_size
+
+
+def tokens_trained(config: TrainConfig, model_config: GPTConfig, steps: int) -> int:
+    """Tokens the first `steps` optimizer steps train on, under the batch-size schedule (steps x tokens_per_iter
+    without it)."""
+    return config.gradient_accumulation_steps * sequences_before(steps, config) * model_config.block_size
 
 
 def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: int, device: torch.device,
@@ -419,9 +431,11 @@ def set_up(config: TrainConfig, model_config: GPTConfig, rank: int, world_size: 
     run.batches = batch_prefetcher(run)
     if run.master:
         run.log = open_metrics_log(run)
+        growing = (f" (growing from {tokens_per_iter(config, model.config, 0):,} at step 0 over "
+                   f"{config.batch_size_warmup} steps)" if config.batch_size_warmup else "")
         print(f"{model.get_num_params():,} parameters, pos_encoding={model.config.pos_encoding}, device={device}, "
               f"dtype={dtype_name(dtype)} ({dtype_reason}), {world_size} process(es), "
-              f"{run.tokens_per_iter:,} tokens/iter")
+              f"{run.tokens_per_iter:,} tokens/iter{growing}")
         if sys.stderr.isatty() and (note := busy_cpu_note(device)):  # for a person at a terminal: a log keeps numbers
             print(note, file=sys.stderr)
     return run
@@ -432,9 +446,11 @@ def batch_prefetcher(run: Run) -> BatchPrefetcher:
     config, train_data = run.config, run.splits["train"]
     local_steps = config.gradient_accumulation_steps // run.world_size
 
-    def draw(generator: torch.Generator) -> torch.Tensor:  # every process draws all micro-batches, takes its own
+    def draw(generator: torch.Generator, step: int) -> torch.Tensor:  # every process draws all micro-batches, takes
+        # its own; the batch-size schedule keeps the first rows of each full one (the generator advances as without)
         return sample_offsets(len(train_data), run.block_size, run.tokens_per_iter // run.block_size,
-                              generator).view(config.gradient_accumulation_steps, config.batch_size)
+                              generator).view(config.gradient_accumulation_steps,
+                                              config.batch_size)[:, :batch_size_at(step, config)]
 
     def build(offsets: torch.Tensor) -> list[Batch]:
         return [get_batch(train_data, offsets[run.rank * local_steps + micro_step], run.block_size, run.device,
@@ -574,7 +590,7 @@ def train_step(run: Run, lr: float) -> torch.Tensor:
     config = run.config
     set_learning_rates(run.optimizer, lr, config)
     set_muon_momentum(run.optimizer, run.iter_num, config)
-    batches = run.batches.step_batches()
+    batches = run.batches.step_batches(run.iter_num)
     local_steps = len(batches)
     total = torch.zeros((), device=run.device)
     for micro_step, (x, y) in enumerate(batches):
@@ -642,8 +658,8 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
 
 def train_loop(run: Run) -> dict:
     config = run.config
-    evals, train_losses, step_seconds, train_seconds = [], [], [], 0.0
-    window = {"loss": torch.zeros((), device=run.device), "steps": 0, "seconds": 0.0}
+    evals, train_losses, step_seconds, step_tokens, train_seconds = [], [], [], [], 0.0
+    window = {"loss": torch.zeros((), device=run.device), "steps": 0, "tokens": 0, "seconds": 0.0}
     bar = tqdm(total=config.max_iters, initial=run.iter_num, disable=not (run.master and config.progress),
                dynamic_ncols=True, unit="it")
     alone = run.world_size == 1  # only there may a signal cut work short: no process waits for this one
@@ -675,6 +691,8 @@ def train_loop(run: Run) -> dict:
                 stop_and_save(run, stopped_by, before_step, bar)
                 break
             window["steps"] += 1
+            step_tokens.append(tokens_per_iter(config, run.model_config, run.iter_num - 1))  # the step just trained
+            window["tokens"] += step_tokens[-1]
             log_now = run.iter_num % config.log_interval == 0 or run.iter_num == config.max_iters
             train_loss = mean_train_loss(run, window) if log_now else None
             elapsed = time.perf_counter() - started
@@ -686,10 +704,11 @@ def train_loop(run: Run) -> dict:
                 train_losses.append({"iter": run.iter_num, "loss": train_loss})
                 log_train(run, window, train_loss, lr, bar)
     bar.close()
-    measured = step_seconds[1:] or step_seconds  # the first step includes compilation and warm-up
+    first = 1 if len(step_seconds) > 1 else 0  # the first step includes compilation and warm-up
+    measured, measured_tokens = step_seconds[first:], step_tokens[first:]
     return {"iter_num": run.iter_num, "best_val_loss": run.best_val_loss, "evals": evals,
             "train_losses": train_losses, "step_seconds": step_seconds, "train_seconds": train_seconds,
-            "tokens_per_sec": run.tokens_per_iter * len(measured) / sum(measured) if measured else 0.0,
+            "tokens_per_sec": sum(measured_tokens) / sum(measured) if measured else 0.0,
             "best_val_bits_per_byte": bits_per_byte(run, {"val": run.best_val_loss})["val"]
             if run.estimate_bytes else math.nan,
             "interrupted": int(stopped_by), "out_dir": str(run.out_dir),
@@ -731,12 +750,12 @@ def mean_train_loss(run: Run, window: dict) -> float:
 
 
 def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -> None:
-    tokens_per_sec = run.tokens_per_iter * window["steps"] / window["seconds"]
+    tokens_per_sec = window["tokens"] / window["seconds"]
     bar.set_postfix(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}")
     if run.master:
         run.log.write({"iter": run.iter_num, "train_loss": train_loss, "lr": lr, "tokens_per_sec": tokens_per_sec})
     window["loss"].zero_()
-    window["steps"], window["seconds"] = 0, 0.0
+    window["steps"], window["tokens"], window["seconds"] = 0, 0, 0.0
 
 
 # ---- the command line ---------------------------------------------------------------------------------------------
@@ -745,7 +764,8 @@ def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -
 def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterable[str]) -> list[str]:
     """The given settings that would do nothing in this run, each said with why: another position encoding's (the
     settings each encoding reads: positions.py), the wsd schedule's under another schedule, Muon's under AdamW, a
-    warmup's start without the warmup, a cautious decay of nothing, the EMA's start without an EMA."""
+    warmup's start without the warmup, a cautious decay of nothing, the EMA's start without an EMA, the batch's start
+    without its warmup."""
     unused = []
     for name in given:
         owners = [encoding for encoding, kind in ENCODINGS.items() if name in kind.settings]
@@ -767,6 +787,9 @@ def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterabl
             unused.append("cautious_weight_decay masks the weight decay, and this run's weight_decay is 0")
         if name == "ema_start" and not config.ema_decay:
             unused.append("ema_start is a setting of ema_decay, and this run's is 0 (no EMA)")
+        if name == "batch_size_start" and not config.batch_size_warmup:
+            unused.append("batch_size_start is a setting of batch_size_warmup, and this run's is 0 (the batch is "
+                          f"batch_size={config.batch_size} from step 0)")
     return unused
 
 

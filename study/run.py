@@ -37,7 +37,7 @@ from study.records import (
     settings,
 )
 from text.dataset import load_split, resolve_data_dir, split_identity
-from train import tokens_per_iter, train
+from train import tokens_per_iter, tokens_trained, train
 from training.checkpoint import read_checkpoint
 from training.devices import choose_device, choose_dtype
 from training.run_dir import CHECKPOINT, DONE_FILE, Interrupted
@@ -114,6 +114,9 @@ def train_run(run: StudyRun, plan: list[StudyRun], bar: tqdm, start: int) -> dic
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run),
               "checkpoint": checkpoint_identity(run.dir / CHECKPOINT),
               "provenance": provenance(result["dtype"], time.perf_counter() - started)}
+    if run.train_config.batch_size_warmup:  # steps of fewer tokens (a record without it is as it was: the report's
+        # tokens_seen is then budget x tokens_per_iter)
+        record["tokens_seen"] = tokens_trained(run.train_config, run.model_config, result["iter_num"])
     if record["provenance"]["dtype"] != run.train_config.dtype:  # the study resolved it once, before any run
         raise RuntimeError(f"{run.dir} trained in {result['dtype']}, not the study's {run.train_config.dtype}")
     write_atomic(run.dir / DONE_FILE, sealed(record))

@@ -16,8 +16,8 @@ DATA = np.arange(1000, dtype=np.uint16) % 97
 CPU = torch.device("cpu")
 
 
-def draw(generator):
-    return sample_offsets(len(DATA), BLOCK, 2 * ROWS, generator).view(2, ROWS)  # two micro-batches per step
+def draw(generator, step):  # two micro-batches per step, growing to ROWS rows (a batch-size schedule)
+    return sample_offsets(len(DATA), BLOCK, 2 * ROWS, generator).view(2, ROWS)[:, :min(step + 1, ROWS)]
 
 
 def build(offsets):
@@ -27,16 +27,18 @@ def build(offsets):
 def drawn_in_turn(seed: int, steps: int) -> list:
     """What train_step did before prefetching: draw each step's offsets, then build its batches."""
     generator = torch.Generator().manual_seed(seed)
-    return [(build(draw(generator)), generator.get_state()) for _ in range(steps)]
+    return [(build(draw(generator, step)), generator.get_state()) for step in range(steps)]
 
 
 def test_prefetched_batches_and_generator_state_equal_drawing_in_turn():
-    generator = torch.Generator().manual_seed(5)
-    prefetcher = BatchPrefetcher(generator, draw, build)
+    generator, built = torch.Generator().manual_seed(5), []
+    prefetcher = BatchPrefetcher(generator, draw, lambda offsets: built.append(offsets) or build(offsets))
     try:
-        got = [(prefetcher.step_batches(), generator.get_state()) for _ in range(STEPS)]
+        got = [(prefetcher.step_batches(step), generator.get_state()) for step in range(STEPS)]
     finally:
         prefetcher.close()
+    # step 0's, then each next step's ahead (of that step's size), each used (the last cancelled, if not begun)
+    assert len(built) in (STEPS, STEPS + 1)
     expected = drawn_in_turn(5, STEPS)
     for (batches, state), (expected_batches, expected_state) in zip(got, expected, strict=True):
         assert torch.equal(state, expected_state)  # the generator has drawn this step's batches, not the next
@@ -50,12 +52,12 @@ def test_a_generator_set_between_steps_rebuilds_the_batches():
     generator = torch.Generator().manual_seed(5)
     prefetcher = BatchPrefetcher(generator, draw, build)
     try:
-        prefetcher.step_batches()
+        prefetcher.step_batches(0)  # and step 1's built ahead
         generator.set_state(torch.Generator().manual_seed(9).get_state())
-        batches = prefetcher.step_batches()
+        batches = prefetcher.step_batches(1)
     finally:
         prefetcher.close()
-    for (x, _), (ex, _) in zip(batches, drawn_in_turn(9, 1)[0][0], strict=True):
+    for (x, _), (ex, _) in zip(batches, build(draw(torch.Generator().manual_seed(9), 1)), strict=True):
         assert torch.equal(x, ex)
 
 
