@@ -76,8 +76,11 @@ def config_settings(train_config: TrainConfig, model_config: GPTConfig) -> dict:
 
 def data_identity(dataset: str) -> dict:
     """The prepared data's description less the file it was prepared from: the same bytes prepared from another
-    path, on another machine, are the same data (the splits' SHA-256s say so), and no path goes into a record."""
-    return {k: v for k, v in read_description(resolve_data_dir(dataset)).items() if k != "source"}
+    path, on another machine, are the same data (the splits' SHA-256s say so), and no path goes into a record. Less
+    vocabulary_sha256 too: a checksum of the vocabulary the description holds (so no other data), which folders
+    prepared before it lack, as do the records made on them."""
+    return {k: v for k, v in read_description(resolve_data_dir(dataset)).items()
+            if k not in ("source", "vocabulary_sha256")}
 
 
 def changed_settings(stored: dict, current: dict) -> list[str]:

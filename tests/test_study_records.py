@@ -154,6 +154,22 @@ def test_records_continue_on_the_same_bytes_prepared_from_another_path(reference
         assert str(tmp_path) not in text or path.name == "results.json", path
 
 
+def test_records_made_before_vocabulary_sha256_continue_on_data_prepared_with_it(reference, tmp_path, monkeypatch):
+    """Every committed record was made on a tokenizer.json without vocabulary_sha256 (issue 57 added it): a clone
+    that prepares its data today must still reuse them. The records are made to lack it as those do."""
+    fresh = tmp_path / "fresh"
+    copy_records(reference / "study", fresh)
+    description = json.loads((reference / "data" / "tokenizer.json").read_text())
+    assert "vocabulary_sha256" in description  # what prepare writes today
+    for path in fresh.rglob("done.json"):
+        record = json.loads(path.read_text())
+        record["settings"]["data"].pop("vocabulary_sha256", None)
+        path.write_text(run_records.sealed({k: v for k, v in record.items() if k != "digest"}))
+    calls = counting(monkeypatch)
+    run_study(*configs(fresh, reference / "data", prefetch=False))
+    assert calls == [] and report(fresh) == report(reference / "study")
+
+
 def test_runs_finished_by_other_jobs_count_past_the_time_box(reference, tmp_path):
     """With --jobs, the workers finish runs that were unfinished (so estimated above 0) when the box was set; past
     its end the parent still takes their records: the study is whole, not "0 of 16 runs finished"."""
