@@ -2,12 +2,15 @@
 
 Checked against what does not come from that code: the parameter names of the blocks' linear maps, Muon's update
 written here from torch's documented formula, torch's own AdamW on copies of the other parameters, an uninterrupted
-run (resume), two processes against one (DDP). That the default, AdamW, is unchanged is
+run (resume), a checkpoint whose groups and an optimizer whose moments were written in by hand (a resume given other
+settings), two processes against one (DDP). That the default, AdamW, is unchanged is
 test_checkpoint.py::test_a_checkpoint_from_commit_03c7507_resumes_as_that_code_resumed_it (a checkpoint written
 before --optimizer existed resumes, as AdamW, to the losses and logits that code gave).
 """
 
+import copy
 import math
+import shutil
 
 import pytest
 import torch
@@ -31,6 +34,7 @@ from options import parse_options
 from train import TrainConfig
 from training.checkpoint import load_checkpoint
 from training.optimizers import build_optimizer, set_learning_rates
+from training.parallel import load_optimizer_state
 
 MUON = dict(optimizer="muon", muon_learning_rate=0.02)
 
@@ -156,6 +160,75 @@ def test_resume_under_muon_equals_an_uninterrupted_run(tmp_path, char_data):
     for i, state in a["optimizer"]["state"].items():
         assert_same_state(state, b["optimizer"]["state"][i])
     assert {"momentum_buffer"} == set(a["optimizer"]["state"][0]) and "exp_avg" in a["optimizer"]["state"][8]
+
+
+# Other settings than the run's, each held in the optimizer's groups: the decay, AdamW's betas, Muon's momentum and
+# iterations (ns_steps).
+GIVEN = dict(weight_decay=0.3, beta1=0.8, beta2=0.9, muon_momentum=0.8, muon_orthogonalize_steps=3)
+
+
+def as_given(group: dict) -> dict:
+    """A saved param group with GIVEN's settings written in by hand (Muon's group has a momentum, AdamW's betas)."""
+    if "momentum" in group:
+        return {**group, "weight_decay": 0.3, "momentum": 0.8, "ns_steps": 3}
+    return {**group, "weight_decay": 0.3 if group["weight_decay"] else 0.0, "betas": (0.8, 0.9)}
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_a_resume_steps_with_the_group_settings_it_is_given(tmp_path, char_data, optimizer):
+    """3 steps, then 3 resumed with GIVEN: as 3 resumed from a copy of the checkpoint whose groups hold GIVEN, written
+    in by hand, bit for bit (losses, weights, moments), and the groups it saves hold GIVEN. Was: torch's
+    load_state_dict put the saved groups' settings back, so the note named the new decay, betas and momentum and the
+    run stepped with the old ones."""
+    settings = dict(optimizer=optimizer, max_iters=3, lr_decay_iters=6, warmup_iters=1, eval_interval=3, n_layer=2)
+    run(tmp_path / "given", char_data, **settings)
+    shutil.copytree(tmp_path / "given", tmp_path / "written")
+    state = torch.load(tmp_path / "written" / "ckpt.pt", weights_only=True)
+    state["optimizer"]["param_groups"] = [as_given(group) for group in state["optimizer"]["param_groups"]]
+    torch.save(state, tmp_path / "written" / "ckpt.pt")
+    given = {k: v for k, v in GIVEN.items() if optimizer == "muon" or not k.startswith("muon_")}
+    resumed = {name: run(tmp_path / name, char_data, **{**settings, **given, "max_iters": 6}, init_from="resume")
+               for name in ("given", "written")}
+    assert resumed["given"]["train_losses"] == resumed["written"]["train_losses"]
+    assert_same_state(resumed["given"]["model"].state_dict(), resumed["written"]["model"].state_dict())
+    a, b = (load_checkpoint(tmp_path / name / "ckpt.pt")["optimizer"] for name in ("given", "written"))
+    assert a["param_groups"] == b["param_groups"] == [as_given(group) for group in a["param_groups"]]
+    for i, moments in a["state"].items():
+        assert_same_state(moments, b["state"][i])
+
+
+def step_on(model: GPT, optimizer: torch.optim.Optimizer, config: TrainConfig, seed: int) -> None:
+    model(random_ids(4, 16, seed=seed), random_ids(4, 16, seed=10 + seed))[1].backward()
+    set_learning_rates(optimizer, config.learning_rate, config)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def test_loading_keeps_the_moments_and_takes_the_groups_as_built():
+    """load_optimizer_state (every resume's: one process, DDP, FSDP, a nanoGPT run continued) into an optimizer built
+    with GIVEN, then a step: as that optimizer with the saved moments put in its state by hand, bit for bit. A step
+    with the run's settings and the same moments moves every parameter elsewhere: GIVEN is felt by each."""
+    config, given = muon_config(), muon_config(**GIVEN)
+    trained = tiny_model()
+    optimizer = build_optimizer(trained, config, "cpu")
+    for seed in range(2):
+        step_on(trained, optimizer, config, seed)
+    saved = optimizer.state_dict()
+    models = [tiny_model() for _ in range(3)]
+    optimizers = [build_optimizer(model, settings, "cpu") for model, settings in zip(models, (given, given, config),
+                                                                                       strict=True)]
+    for model in models:
+        model.load_state_dict(trained.state_dict())
+    load_optimizer_state(models[0], optimizers[0], saved)
+    for by_hand in optimizers[1:]:
+        for i, p in enumerate(p for group in by_hand.param_groups for p in group["params"]):
+            by_hand.state[p] = copy.deepcopy(saved["state"][i])
+    for model, by_hand, settings in zip(models, optimizers, (given, given, config), strict=True):
+        step_on(model, by_hand, settings, 2)
+    assert_same_state(models[0].state_dict(), models[1].state_dict())
+    for loaded, by_hand in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        assert_same_state(optimizers[0].state[loaded], optimizers[1].state[by_hand])
+    assert not any(torch.equal(p, q) for p, q in zip(models[0].parameters(), models[2].parameters(), strict=True))
 
 
 @pytest.mark.parametrize("trained, asked, old", [("adamw", "muon", False), ("muon", "adamw", False),

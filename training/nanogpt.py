@@ -109,14 +109,11 @@ def continue_training(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     if not optimizer_state_fits(saved, optimizer):
         print(f"{source}: its optimizer state does not fit this model; training its weights from step 0")
         return 0, math.inf
-    settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
-    try:
+    try:  # the moments are the checkpoint's; betas, weight decay and kernels this run's (load_optimizer_state)
         load_optimizer_state(model, optimizer, saved)
     except (ValueError, KeyError, TypeError, RuntimeError) as e:  # only the file's content can cause these here
         raise UserError(f"{source}: its optimizer state cannot be loaded ({type(e).__name__}: "
                         f"{str(e)[:200]})") from None
-    for group, ours in zip(optimizer.param_groups, settings, strict=True):
-        group.update(ours)  # the moments are the checkpoint's; betas, weight decay and kernels are this run's
     iter_num = int(state["iter_num"])
     print(f"continuing {source} from step {iter_num} with its optimizer state")
     return iter_num, float(state["best_val_loss"])

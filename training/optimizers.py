@@ -247,13 +247,9 @@ class MuonAdamW(torch.optim.Optimizer):
             part.step()
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """The checkpoint's moments and group settings, but Muon's ns_steps as built (the run's
-        muon_orthogonalize_steps): a resume that gives another is named in its note, and must then step with it."""
-        steps = [group["ns_steps"] for group in self.parts[0].param_groups]
+        """torch's load, then the parts pointed at the groups and the state it made."""
         super().load_state_dict(state_dict)
         self.share()
-        for group, ns_steps in zip(self.parts[0].param_groups, steps, strict=True):
-            group["ns_steps"] = ns_steps
 
 
 def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> torch.optim.Optimizer:

@@ -136,8 +136,24 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
                              for group in state["param_groups"]]}
 
 
+def with_group_settings(state: dict, optimizer: torch.optim.Optimizer) -> dict:
+    """The saved optimizer state dict with each param group's settings (weight decay, betas, Muon's momentum and
+    ns_steps, the kernels) taken from optimizer as this run built it, its per-parameter state (moments, steps) and
+    group membership kept. torch's load_state_dict puts the saved groups' settings back, so a resume given another
+    --weight_decay stepped with the old one; the rates need no care, the schedule sets them every step."""
+    saved, built = state["param_groups"], optimizer.param_groups
+    if len(saved) != len(built):  # a head_learning_rate given or dropped on resume adds or removes the head's group
+        raise ValueError(f"the saved optimizer has {len(saved)} param groups, this run's has {len(built)}; resume "
+                         "with the run's head_learning_rate (0 or not, as it was), or start a new run")
+    groups = [{**{k: v for k, v in ours.items() if k != "params"}, "params": theirs["params"]}
+              for theirs, ours in zip(saved, built, strict=True)]
+    return {**state, "param_groups": groups}
+
+
 def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """Load a full optimizer state dict (from any process count) into a plain or a sharded optimizer."""
+    """Load a full optimizer state dict (from any process count) into a plain or a sharded optimizer: its moments,
+    with this run's group settings (with_group_settings)."""
+    state = with_group_settings(state, optimizer)
     if not is_sharded(model) or not state["state"]:
         optimizer.load_state_dict(state)
         return
