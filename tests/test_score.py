@@ -223,6 +223,10 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
     (b"ab\xe2\x80x", ["--chunk_bytes=3"], "is not UTF-8 text: byte 0xe2 at offset 2"),  # begun in the block before
     (b"a text\xe2\x80", ["--chunk_bytes=2"], "is not UTF-8 text: byte 0xe2 at offset 6"),  # cut short at the end
     (b"a text", ["--chunk_bytes=0"], "chunk_bytes=0 must be at least 1"),
+    ("a \u2603 text \u265e\u2603".encode(), [], "the text holds '\u2603\u265e', 3 character(s) in all, which the "
+                                                "model's"),
+    (("a text " * 40 + "\u2603 " * 9 + "a text " * 40 + "\u2603").encode(), ["--chunk_bytes=16"],
+     "the text holds '\u2603', 10 character(s) in all"),  # in late chunks, all counted
     (b"a text", ["--protocol=nonoverlapping", "--length=64"], "length=64 is more positions than this model's "
                                                                "encoding has (32: block_size); give --length=32"),
     (b"a text", ["--window=64"], "window=64 is longer than the model's block_size=32"),
