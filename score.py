@@ -280,8 +280,13 @@ def geometry(config: ScoreConfig, block_size: int, max_length: int | None) -> tu
 def score(config: ScoreConfig) -> dict:
     """The model's loss on the text, with what it stands for; writes per_token when asked. Ctrl-C or SIGTERM
     stops it at once (Interrupted, with the signal), per_token's file left as it was."""
-    with StopRequest() as stop, stop.interruptible():
+    with StopRequest(what_is_left(config)) as stop, stop.interruptible():
         return score_text(config, stop.poll)
+
+
+def what_is_left(config: ScoreConfig) -> str:
+    """What a stopped score leaves, said by a first signal's line and a second's abort alike."""
+    return "nothing scored" + (f"; --per_token {config.per_token!r} is as it was" if config.per_token else "")
 
 
 def score_text(config: ScoreConfig, poll: Callable[[], None]) -> dict:
@@ -330,8 +335,7 @@ def main(argv: list[str]) -> None:
     try:
         result = score(config)
     except Interrupted as stopped:
-        kept = f"; --per_token {config.per_token!r} is as it was" if config.per_token else ""
-        print(f"interrupted ({signal.Signals(stopped.args[0]).name}): nothing scored{kept}", file=sys.stderr)
+        print(f"interrupted ({signal.Signals(stopped.args[0]).name}): {what_is_left(config)}", file=sys.stderr)
         sys.exit(128 + stopped.args[0])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
     names = ", ".join(config.input)
     print(f"{names}: {result['tokens']:,} tokens scored ({result['bytes']:,} bytes), {result['protocol']}")
