@@ -30,6 +30,7 @@ from layers.positions import (
     forget_bias,
     log_forget_gates,
     random_positions,
+    trained_length,
 )
 from layers.smear import Smear
 from layers.value_embeddings import ValueEmbeddings
@@ -92,7 +93,7 @@ class GPTConfig:
     # them by hand to scale rope at inference. Checkpoints written before them load with the defaults: no scaling.
     position_scaling: str = "none"  # none | interpolate (sinusoidal, rope, learned) | ntk, yarn (rope) | copy (learned)
     position_scale: float = 1.0  # s of position_scaling: the factor the context was extended by
-    trained_block_size: int = 0  # block_size before the context grew (YaRN's original length); 0: never grew
+    trained_block_size: int = 0  # block_size trained at, once it grew or was cropped (YaRN's, FIRE's L); 0: neither
 
     def __post_init__(self) -> None:
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "t5_max_distance"):
@@ -681,7 +682,10 @@ class GPT(nn.Module):
         if cache is not None and cache.length > block_size:
             raise ValueError(f"block_size={block_size} is below the {cache.length} positions already cached (0.."
                              f"{cache.length - 1}); crop to at least {cache.length}, or reset the cache first")
-        for name, value in derived_settings(self.config).items():  # CoPE's table keeps its rows: they are recorded
+        # CoPE's table keeps its rows, and the length trained at is recorded (FIRE's threshold and YaRN's original
+        # length read it, not block_size): the cropped model is the same model on the windows it still takes
+        kept = {**derived_settings(self.config), "trained_block_size": trained_length(self.config)}
+        for name, value in kept.items():
             setattr(self.config, name, value)
         self.config.block_size = block_size
         self.input_layer.crop(block_size)

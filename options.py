@@ -265,6 +265,7 @@ def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, 
     hints = {name: typing.get_type_hints(section)[name] for name, (section, _) in fields.items()}
     chosen: dict[str, object] = {}
     repeated: dict[str, list] = {}  # what the command line's flags of a REPEATED field gave so far
+    list_flags: dict[str, tuple] = {}  # each other list field's flag (its text, its values), to refuse a second
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -288,10 +289,31 @@ def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, 
         if fields[name][1].metadata.get("repeat"):  # each flag adds one value, taken whole (commas and all)
             chosen[name] = [*repeated.get(name, []), convert_value(name, value, typing.get_args(hints[name])[0])]
             repeated[name] = chosen[name]
-        else:
-            chosen[name] = convert_value(name, value, hints[name])
+            continue
+        chosen[name] = convert_value(name, value, hints[name])
+        if typing.get_origin(hints[name]) is list:
+            if name in list_flags:  # a scalar's later flag wins, as in nanoGPT; a list's would drop values given
+                first, values = list_flags[name]
+                both = ",".join(str(v) for v in [*values, *chosen[name]])
+                raise OptionError(f"--{name} given twice (--{name}={first}, then --{name}={value}): give it once, "
+                                  f"with the values comma-separated: --{name}={both}")
+            list_flags[name] = (value, chosen[name])
     return chosen
 
+
+
+def without_flags(argv: list[str], names: typing.Container[str]) -> list[str]:
+    """argv less its flags of these fields (--name=value or `--name value`; fields that take a value, not bools),
+    for a process started again with values of its own for them: a list flag given twice is refused."""
+    kept, args = [], list(argv)
+    while args:
+        arg = args.pop(0)
+        name, has_value, _ = arg.partition("=")
+        if not (arg.startswith("--") and name[2:] in names):
+            kept.append(arg)
+        elif not has_value and args:
+            args.pop(0)
+    return kept
 
 def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, description: str,
                   skip: tuple[str, ...] = ()) -> tuple:

@@ -26,7 +26,7 @@ from gpt.generate import StopText, check_penalties, generate_stream, token_logpr
 from model import GPT
 from options import REPEATED, parse_options
 from text.dataset import read_text
-from text.tokenizer import GPT2Tokenizer, Tokenizer, from_description
+from text.tokenizer import GPT2Tokenizer, Tokenizer, dropped_characters, from_description
 from training.checkpoint import SEED_LIMIT, check_init_from, load_pretrained, read_checkpoint
 from training.devices import DTYPES, autocast_context, choose_device, choose_dtype, use_huge_pages
 from training.nanogpt import init_checkpoint
@@ -163,6 +163,11 @@ def encode_prompt(tokenizer: Tokenizer, start: str, block_size: int) -> list[int
     """Prompt ids: text or FILE:path; empty starts from the tokenizer's start token; cropped to block_size."""
     if start.startswith("FILE:"):
         start = read_text(start.removeprefix("FILE:"), what="prompt file")
+    unknown = dropped_characters(start, tokenizer)
+    if unknown and (kept := "".join(c for c in start if c not in unknown)):  # none kept: refused below
+        print(f"note: {len(start) - len(kept)} character(s) of the prompt dropped, {unknown!r}: the model's "
+              f"{tokenizer.vocab_size}-character vocabulary does not have them", file=sys.stderr)
+        start = kept
     try:
         ids = tokenizer.encode(start) if start else [tokenizer.start_token()]
     except UserError as e:  # the default "\n" too, for a model of a text without newlines

@@ -22,10 +22,12 @@ bar of the bytes read shows on stderr when it is a terminal (--progress=False: n
 
 import codecs
 import contextlib
+import itertools
 import json
 import math
 import signal
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +44,7 @@ from options import REPEATED, parse_options
 from sample import load_model
 from study.evaluation import model_losses, piece_losses
 from text.cuts import MAX_PIECE_FACTOR, MIN_FORCED_CUT, char_start_before_end, safe_cut
-from text.tokenizer import CharTokenizer, Tokenizer, bits_per_unit, token_byte_counts
+from text.tokenizer import CharTokenizer, Tokenizer, bits_per_unit, dropped_characters, token_byte_counts
 from training.devices import choose_device, choose_dtype
 from training.run_dir import Interrupted, StopRequest
 
@@ -163,6 +165,22 @@ def text_pieces(blocks: Iterable[bytes], chunk_bytes: int, any_character: bool) 
         yield pending.decode("utf-8")
 
 
+
+
+def known_pieces(pieces: Iterator[str], tokenizer: Tokenizer) -> Iterator[str]:
+    """The pieces, refused where the text holds characters the model's vocabulary lacks (dropping them would score
+    another text): from the first piece with one, the rest is read, not scored, to name them all and count them."""
+    for piece in pieces:
+        if dropped_characters(piece, tokenizer):
+            counts: Counter[str] = Counter()
+            for rest in itertools.chain([piece], pieces):
+                counts.update({c: rest.count(c) for c in dropped_characters(rest, tokenizer)})
+            raise UserError(f"the text holds {''.join(sorted(counts))!r}, {sum(counts.values()):,} character(s) in "
+                            f"all, which the model's {tokenizer.vocab_size}-character vocabulary does not have; "
+                            "dropping them would change the score, so nothing is scored: remove or replace them in "
+                            "the text, or score a model trained on data with them")
+        yield piece
+
 def next_pieces(position: tuple[int, int, int], known: int, final: bool, length: int, window: int,
                 stride: int) -> tuple[list[tuple[int, int, int]], tuple[int, int, int]]:
     """study/evaluation.py's forward_pieces, as the targets arrive: the pieces (start, size, scored_from) that
@@ -262,8 +280,13 @@ def geometry(config: ScoreConfig, block_size: int, max_length: int | None) -> tu
 def score(config: ScoreConfig) -> dict:
     """The model's loss on the text, with what it stands for; writes per_token when asked. Ctrl-C or SIGTERM
     stops it at once (Interrupted, with the signal), per_token's file left as it was."""
-    with StopRequest() as stop, stop.interruptible():
+    with StopRequest(what_is_left(config)) as stop, stop.interruptible():
         return score_text(config, stop.poll)
+
+
+def what_is_left(config: ScoreConfig) -> str:
+    """What a stopped score leaves, said by a first signal's line and a second's abort alike."""
+    return "nothing scored" + (f"; --per_token {config.per_token!r} is as it was" if config.per_token else "")
 
 
 def score_text(config: ScoreConfig, poll: Callable[[], None]) -> dict:
@@ -288,7 +311,7 @@ def score_text(config: ScoreConfig, poll: Callable[[], None]) -> dict:
             per_token_file(config.per_token) as per_token:
         pieces = text_pieces(input_blocks(config.input, config.chunk_bytes, bar), config.chunk_bytes,
                              isinstance(tokenizer, CharTokenizer))
-        chunks = (np.asarray(tokenizer.encode(piece), dtype=np.int64) for piece in pieces)
+        chunks = (np.asarray(tokenizer.encode(piece), dtype=np.int64) for piece in known_pieces(pieces, tokenizer))
         for held, first, batch in scored_batches(chunks, length, window, stride, config.batch_size):
             poll()
             targets, losses = piece_losses(losses_of, torch.from_numpy(held), batch - [first, 0, 0])
@@ -312,8 +335,7 @@ def main(argv: list[str]) -> None:
     try:
         result = score(config)
     except Interrupted as stopped:
-        kept = f"; --per_token {config.per_token!r} is as it was" if config.per_token else ""
-        print(f"interrupted ({signal.Signals(stopped.args[0]).name}): nothing scored{kept}", file=sys.stderr)
+        print(f"interrupted ({signal.Signals(stopped.args[0]).name}): {what_is_left(config)}", file=sys.stderr)
         sys.exit(128 + stopped.args[0])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
     names = ", ".join(config.input)
     print(f"{names}: {result['tokens']:,} tokens scored ({result['bytes']:,} bytes), {result['protocol']}")

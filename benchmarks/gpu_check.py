@@ -42,7 +42,7 @@ from errors import OptionError, UserError
 from files import write_atomic
 from gpt.fast_decode import compiled_decode_step
 from model import GPTConfig, has_fused_adamw
-from options import parse_options
+from options import parse_options, without_flags
 from text.dataset import resolve_data_dir
 from train import TrainConfig, tokens_per_iter, train, training_dtype
 from training.devices import autocast_context, choose_device, choose_dtype, dtype_name
@@ -322,7 +322,8 @@ def run_isolated(name: str, check: Check, argv: list[str], limit: float) -> dict
     """The section in a process of its own (bench.py with --sections=name), its output in <name>.log; killed with
     everything it started (its process group) at its limit or when this process is interrupted."""
     result_file, log = check.folder / f".{name}.json", check.folder / f"{name}.log"
-    command = [sys.executable, str(REPO / "bench.py"), *argv, f"--sections={name}", f"--out={check.folder}",
+    own = without_flags(argv, ("sections", "out", "figures_file"))  # a second --sections=... would be refused
+    command = [sys.executable, str(REPO / "bench.py"), *own, f"--sections={name}", f"--out={check.folder}",
                f"--figures_file={result_file}"]
     with log.open("w") as output:
         child = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)

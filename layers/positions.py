@@ -787,7 +787,8 @@ def derived_settings(config) -> dict[str, object]:
 
 
 def trained_length(config) -> int:
-    """The block_size the model was trained at: trained_block_size where its context grew, else block_size."""
+    """The block_size the model was trained at: trained_block_size where its context grew or was cropped, else
+    block_size."""
     return config.trained_block_size or config.block_size
 
 
@@ -798,7 +799,7 @@ def scalings_of(pos_encoding: str) -> tuple[str, ...]:
 
 def check_position_scaling(config) -> None:
     """position_scaling applies to the encoding, position_scale is a factor > 0 (1.0 unless scaling), and
-    trained_block_size (0: never extended) is not past block_size."""
+    trained_block_size (0: never extended or cropped) is not negative."""
     scalings = scalings_of(config.pos_encoding)
     if config.position_scaling not in scalings:
         raise ValueError(f"position_scaling={config.position_scaling!r} does not apply to pos_encoding="
@@ -809,10 +810,9 @@ def check_position_scaling(config) -> None:
     if config.position_scaling == "none" and config.position_scale != 1.0:
         raise ValueError(f"position_scale={config.position_scale} does nothing with position_scaling='none'; give "
                          f"position_scaling={'|'.join(scalings[1:]) or 'none'} too, or leave position_scale at 1.0")
-    if not 0 <= config.trained_block_size <= config.block_size:
-        raise ValueError(f"trained_block_size={config.trained_block_size} must be in [0, block_size="
-                         f"{config.block_size}]: the block_size the model was trained at before its context grew "
-                         "(0: it never grew)")
+    if config.trained_block_size < 0:  # past block_size: the model was cropped (GPT.crop_block_size)
+        raise ValueError(f"trained_block_size={config.trained_block_size} must be >= 0: the block_size the model "
+                         "was trained at before its context grew or was cropped (0: it never changed)")
 
 
 @torch.compiler.disable  # drawn eagerly from torch's CPU generator, also in a compiled model

@@ -20,7 +20,7 @@ from errors import OptionError, main_guard
 from gpt.extend import extend_model, extended_config
 from gpt.generate import generate
 from layers import positions as P
-from model import GPTConfig, InputLayer
+from model import GPT, GPTConfig, InputLayer
 from options import parse_options
 from study import cost as study_cost
 from study import plots as study_plots
@@ -197,6 +197,25 @@ def test_keep_keeps_the_logits_at_the_trained_positions(pos_encoding):
     assert torch.equal(model(idx)[0], before)
 
 
+
+@pytest.mark.parametrize("pos_encoding, grown", [*((e, None) for e in P.POS_ENCODINGS), ("rope", "yarn"),
+                                                 ("fire", "keep")])
+@torch.no_grad()
+def test_a_cropped_model_is_the_trained_one_on_the_windows_it_still_takes(pos_encoding, grown):
+    """Cropped (to sample or finetune at a shorter window), every encoding gives the uncropped model's logits, bit
+    for bit, and so does the model rebuilt from its config (a checkpoint's model_args). FIRE's threshold read the
+    new block_size (logits 0.01 apart here): the config now records the length trained at."""
+    model = tiny_model(pos_encoding)
+    if grown:
+        extend_model(model, 4 * BLOCK, grown)
+    idx = random_ids(2, BLOCK // 2, seed=1)
+    before = model(idx)[0]
+    model.crop_block_size(BLOCK // 2)
+    rebuilt = GPT(GPTConfig(**dataclasses.asdict(model.config))).eval()
+    rebuilt.load_state_dict(model.state_dict())
+    assert (model.config.block_size, model.config.trained_block_size) == (BLOCK // 2, BLOCK)
+    assert torch.equal(model(idx)[0], before) and torch.equal(rebuilt(idx)[0], before)
+
 # ---------------------------------------------------------------------------------------------------- bad input
 
 
@@ -222,8 +241,8 @@ def test_bad_extensions_are_one_line_value_errors():
         scaled("alibi", position_scaling="ntk", position_scale=2.0)
     with pytest.raises(ValueError, match=r"position_scale=2.0 does nothing with position_scaling='none'"):
         scaled(position_scale=2.0)
-    with pytest.raises(ValueError, match=r"trained_block_size=65 must be in \[0, block_size=64\]"):
-        scaled(trained_block_size=65)
+    with pytest.raises(ValueError, match=r"trained_block_size=-1 must be >= 0: the block_size the model was"):
+        scaled(trained_block_size=-1)
 
 
 def test_shrinking_below_the_cached_positions_is_refused():

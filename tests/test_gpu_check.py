@@ -5,12 +5,17 @@ in a process of its own); the options it would not read refused. The pytest -m g
 would run the suite inside the suite): its counts are read from pytest's own summary lines."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 import bench
 from benchmarks import gpu_check
+from benchmarks.common import BenchConfig
 from errors import OptionError, UserError
+from model import GPTConfig
+from options import chosen_values
+from train import TrainConfig
 
 TINY = ["--what=gpu_check", "--device=cpu", "--bench_steps=2", "--warmup_steps=1", "--max_new_tokens=4"]
 
@@ -79,6 +84,23 @@ def test_isolated_sections_run_in_their_own_process_and_one_past_its_limit_is_ki
     assert not list((tmp_path / "check").glob(".*.json"))  # the result files handed back are gone
     assert "- device: timed out after 0.5 s (its limit)" in summary
 
+
+
+@pytest.mark.parametrize("flags", [["--sections=device,train_baby", "--out=x"], ["--sections", "device", "--out", "x"]])
+def test_an_isolated_section_is_started_with_its_own_section_and_folder_only(flags, tmp_path, monkeypatch):
+    """The check's own --sections and --out are dropped from the section's command line, not repeated (a list
+    flag given twice is refused): the command, read by bench.py's own parser, names the one section."""
+    commands = []
+
+    def popen(command, **kwargs):
+        commands.append(command)
+        raise KeyboardInterrupt  # the command is all this test wants; nothing is started
+
+    monkeypatch.setattr(gpu_check.subprocess, "Popen", popen)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.run_isolated("train_baby", SimpleNamespace(folder=tmp_path), [*TINY, *flags], limit=1)
+    chosen = chosen_values(commands[0][2:], (BenchConfig, TrainConfig, GPTConfig), skip=("vocab_size",))
+    assert (chosen["sections"], chosen["out"], chosen["bench_steps"]) == (["train_baby"], str(tmp_path), 2)
 
 @pytest.mark.parametrize("output, counts", [
     ("....s\n2 failed, 40 passed, 3 skipped, 1100 deselected, 2 warnings in 61.20s (0:01:01)\n",

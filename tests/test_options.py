@@ -136,6 +136,21 @@ def test_argv_order_decides(tmp_path):
     assert parse(["--count=3", "--count=4"]).count == 4
 
 
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tags=a", "--tags=b"], "--tags given twice (--tags=a, then --tags=b): give it once, with the values "
+                               "comma-separated: --tags=a,b"),
+    (["--sizes", "4,5", "--count=2", "--sizes=[6]"], "--sizes given twice (--sizes=4,5, then --sizes=[6]): give it "
+                                                     "once, with the values comma-separated: --sizes=4,5,6"),
+])
+def test_a_list_flag_given_twice_is_refused_in_one_line(argv, message, tmp_path):
+    """The second replaced the first, dropping its values unsaid; a scalar's later flag still wins (above), and a
+    config file's list is still replaced by a flag."""
+    with pytest.raises(OptionError) as refused:
+        parse(argv)
+    assert str(refused.value) == message
+    assert parse([write(tmp_path, "tags.py", "tags = ['a']\n"), "--tags=b"]).tags == ["b"]
+
 # ---- command-line flags and types ---------------------------------------------------------------------------
 
 

@@ -40,6 +40,14 @@ def test_a_prompt_the_model_cannot_read_names_the_flag_and_the_fix():
     assert encode_prompt(tokenizer, "", 8) == [0]  # ' ', the first of its sorted characters
 
 
+
+def test_a_prompt_with_characters_the_model_lacks_drops_them_and_says_which(capsys):
+    """Was: refused as a whole for one character, though the rest is a prompt the model reads."""
+    tokenizer = CharTokenizer.from_text("abc def")
+    assert encode_prompt(tokenizer, "a\u00e9b?c \u00e9d", 16) == tokenizer.encode("abc d")
+    assert capsys.readouterr().err.splitlines() == [
+        "note: 3 character(s) of the prompt dropped, '?\u00e9': the model's 7-character vocabulary does not have them"]
+
 def test_prompt_from_text_file_and_empty():
     tokenizer = CharTokenizer.from_text("ab\nc")
     assert encode_prompt(tokenizer, "", 8) == [tokenizer.chars.index("\n")]
@@ -63,9 +71,10 @@ def test_long_prompt_is_cropped_with_a_warning(capsys):
     assert "keeping its last block_size=4" in capsys.readouterr().err
 
 
-def test_unknown_characters_are_named():
+def test_a_prompt_of_unknown_characters_only_is_refused_naming_them():
+    """Dropped, they would leave no prompt (the case of some is in the test above)."""
     with pytest.raises(ValueError, match="'xz'"):
-        encode_prompt(CharTokenizer.from_text("abc"), "axbz", 8)
+        encode_prompt(CharTokenizer.from_text("abc"), "xzx", 8)
 
 
 @pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])

@@ -24,6 +24,7 @@ from text.bpe_train import TokenizerConfig
 from text.dataset import load_split, prepare
 from text.tokenizer import CharTokenizer, load_tokenizer
 from train import TrainConfig, train
+from training import run_dir as run_dir_module
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +224,10 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
     (b"ab\xe2\x80x", ["--chunk_bytes=3"], "is not UTF-8 text: byte 0xe2 at offset 2"),  # begun in the block before
     (b"a text\xe2\x80", ["--chunk_bytes=2"], "is not UTF-8 text: byte 0xe2 at offset 6"),  # cut short at the end
     (b"a text", ["--chunk_bytes=0"], "chunk_bytes=0 must be at least 1"),
+    ("a \u2603 text \u265e\u2603".encode(), [], "the text holds '\u2603\u265e', 3 character(s) in all, which the "
+                                                "model's"),
+    (("a text " * 40 + "\u2603 " * 9 + "a text " * 40 + "\u2603").encode(), ["--chunk_bytes=16"],
+     "the text holds '\u2603', 10 character(s) in all"),  # in late chunks, all counted
     (b"a text", ["--protocol=nonoverlapping", "--length=64"], "length=64 is more positions than this model's "
                                                                "encoding has (32: block_size); give --length=32"),
     (b"a text", ["--window=64"], "window=64 is longer than the model's block_size=32"),
@@ -307,3 +312,22 @@ def test_a_per_token_file_already_there_is_kept_unless_overwrite_is_given(run_di
     assert json.loads(rows.read_text(encoding="utf-8").splitlines()[0])["index"] == 1
     with pytest.raises(ValueError, match="per_token_overwrite=True does nothing without --per_token"):
         score.ScoreConfig(per_token_overwrite=True)
+
+
+def test_a_second_signal_aborts_saying_what_scoring_leaves(monkeypatch, capsys):
+    """Was: score.py's second Ctrl-C said "the checkpoints are the last ones saved whole", train.py's words."""
+    def exit_now(code):
+        raise SystemExit(code)
+
+    def signalled_twice(config, poll):  # the first while scoring, the second while its files are put back
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except run_dir_module.Interrupted:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(run_dir_module.os, "_exit", exit_now)
+    monkeypatch.setattr(score, "score_text", signalled_twice)
+    with pytest.raises(SystemExit) as aborted:
+        score.score(score.ScoreConfig(per_token="t.jsonl"))
+    assert aborted.value.code == 130
+    assert capsys.readouterr().err == "aborted by a second SIGINT: nothing scored; --per_token 't.jsonl' is as it was\n"

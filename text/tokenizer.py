@@ -49,10 +49,9 @@ class CharTokenizer:
 
     def encode_documents(self, text: str) -> np.ndarray:
         """text as ids, looked up for all characters at once (NumPy) rather than one at a time."""
-        missing = sorted(set(text) - self.index.keys())
-        if missing:
+        if missing := dropped_characters(text, self):
             raise UserError(f"characters not in the {self.vocab_size}-character vocabulary: "
-                             f"{''.join(missing)!r}; the model only knows {self.chars!r}")
+                             f"{missing!r}; the model only knows {self.chars!r}")
         points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         return self.order[np.searchsorted(self.sorted_points, points)]
 
@@ -67,6 +66,14 @@ class CharTokenizer:
         special = {} if self.eot_token is None else {"special_tokens": {END_OF_TEXT: self.eot_token}}
         return {"kind": "char", "chars": self.chars, "vocab_size": self.vocab_size, **special}
 
+
+
+def dropped_characters(text: str, tokenizer: "Tokenizer") -> str:
+    """The distinct characters of text that the tokenizer has no token for, sorted: a char vocabulary's missing
+    ones; "" for GPT-2 and the BPEs, whose byte tokens encode any text."""
+    if not isinstance(tokenizer, CharTokenizer):
+        return ""
+    return "".join(sorted(set(text) - tokenizer.index.keys()))
 
 class TiktokenTokenizer:
     """Byte-level BPE through a tiktoken Encoding (GPT-2's, or one learned from the data): any text round-trips."""

@@ -94,13 +94,12 @@ class Interrupted(BaseException):
     Exception` in torch's compiler swallows it."""
 
 
-def abort(signum: int) -> None:
+def abort(signum: int, left: str = "the checkpoints are the last ones saved whole") -> None:
     """End the process now, with one line and the signal's exit status (130, 143). os._exit, not an exception:
     one raised inside torch.save or compiled code comes out as their RuntimeError's traceback, or waits for
     cleanup. What it leaves is safe: a save in progress is a temporary file (removed at the next start), the
     checkpoints are the last ones saved whole, and the lock goes with the process."""
-    print(f"aborted by a second {signal.Signals(signum).name}: the checkpoints are the last ones saved whole",
-          file=sys.stderr)
+    print(f"aborted by a second {signal.Signals(signum).name}: {left}", file=sys.stderr)
     for stream in (sys.stdout, sys.stderr):  # os._exit flushes nothing: the lines printed so far go first
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
@@ -120,7 +119,8 @@ class StopRequest:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, left: str = "the checkpoints are the last ones saved whole"):
+        self.left = left  # what a second signal's abort leaves, said in its line (score.py: nothing scored)
         self.signal = 0
         self.previous = {}
         self.raise_now = False  # in an interruptible block, not deferred: a signal raises Interrupted
@@ -138,7 +138,7 @@ class StopRequest:
 
     def handle(self, signum, frame):
         if self.signal:
-            abort(signum)
+            abort(signum, self.left)
         self.signal = signum
         if self.raise_now:  # left set: poll() raises again where this raise is lost
             raise Interrupted(signum)
