@@ -301,7 +301,6 @@ def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, 
     return chosen
 
 
-
 def without_flags(argv: list[str], names: typing.Container[str]) -> list[str]:
     """argv less its flags of these fields (--name=value or `--name value`; fields that take a value, not bools),
     for a process started again with values of its own for them: a list flag given twice is refused."""
@@ -314,6 +313,7 @@ def without_flags(argv: list[str], names: typing.Container[str]) -> list[str]:
         elif not has_value and args:
             args.pop(0)
     return kept
+
 
 def parse_options(argv: list[str], sections: tuple[type, ...], prog: str, description: str,
                   skip: tuple[str, ...] = ()) -> tuple:

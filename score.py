@@ -165,8 +165,6 @@ def text_pieces(blocks: Iterable[bytes], chunk_bytes: int, any_character: bool) 
         yield pending.decode("utf-8")
 
 
-
-
 def known_pieces(pieces: Iterator[str], tokenizer: Tokenizer) -> Iterator[str]:
     """The pieces, refused where the text holds characters the model's vocabulary lacks (dropping them would score
     another text): from the first piece with one, the rest is read, not scored, to name them all and count them."""
@@ -180,6 +178,7 @@ def known_pieces(pieces: Iterator[str], tokenizer: Tokenizer) -> Iterator[str]:
                             "dropping them would change the score, so nothing is scored: remove or replace them in "
                             "the text, or score a model trained on data with them")
         yield piece
+
 
 def next_pieces(position: tuple[int, int, int], known: int, final: bool, length: int, window: int,
                 stride: int) -> tuple[list[tuple[int, int, int]], tuple[int, int, int]]:

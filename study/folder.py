@@ -31,8 +31,6 @@ STUDY_GITIGNORE = ("# ablate.py: commit a study's records, not its checkpoints, 
                    "*.pt\n*.lock\n*.tmp\nmetrics.jsonl\ntrain.log\n")
 
 
-
-
 def study_identity(ablate: AblateConfig, train_config: TrainConfig, model_config: GPTConfig) -> dict:
     """The settings that change a study's numbers: the study's own (less OPERATIONAL), the base configs the
     cells start from (less what the plan sets per run), and the data."""

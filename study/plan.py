@@ -67,7 +67,6 @@ def entry(cell: Cell, seed: int, budget: int, role: str, split: str, run_dir: Pa
                     train_config)
 
 
-
 def wsd_branches(train_config) -> bool:
     return train_config.decay_lr and train_config.lr_schedule == "wsd"
 

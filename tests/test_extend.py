@@ -197,7 +197,6 @@ def test_keep_keeps_the_logits_at_the_trained_positions(pos_encoding):
     assert torch.equal(model(idx)[0], before)
 
 
-
 @pytest.mark.parametrize("pos_encoding, grown", [*((e, None) for e in P.POS_ENCODINGS), ("rope", "yarn"),
                                                  ("fire", "keep")])
 @torch.no_grad()

@@ -85,7 +85,6 @@ def test_isolated_sections_run_in_their_own_process_and_one_past_its_limit_is_ki
     assert "- device: timed out after 0.5 s (its limit)" in summary
 
 
-
 @pytest.mark.parametrize("flags", [["--sections=device,train_baby", "--out=x"], ["--sections", "device", "--out", "x"]])
 def test_an_isolated_section_is_started_with_its_own_section_and_folder_only(flags, tmp_path, monkeypatch):
     """The check's own --sections and --out are dropped from the section's command line, not repeated (a list
@@ -101,6 +100,7 @@ def test_an_isolated_section_is_started_with_its_own_section_and_folder_only(fla
         gpu_check.run_isolated("train_baby", SimpleNamespace(folder=tmp_path), [*TINY, *flags], limit=1)
     chosen = chosen_values(commands[0][2:], (BenchConfig, TrainConfig, GPTConfig), skip=("vocab_size",))
     assert (chosen["sections"], chosen["out"], chosen["bench_steps"]) == (["train_baby"], str(tmp_path), 2)
+
 
 @pytest.mark.parametrize("output, counts", [
     ("....s\n2 failed, 40 passed, 3 skipped, 1100 deselected, 2 warnings in 61.20s (0:01:01)\n",

@@ -136,7 +136,6 @@ def test_argv_order_decides(tmp_path):
     assert parse(["--count=3", "--count=4"]).count == 4
 
 
-
 @pytest.mark.parametrize("argv, message", [
     (["--tags=a", "--tags=b"], "--tags given twice (--tags=a, then --tags=b): give it once, with the values "
                                "comma-separated: --tags=a,b"),

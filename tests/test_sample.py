@@ -40,13 +40,13 @@ def test_a_prompt_the_model_cannot_read_names_the_flag_and_the_fix():
     assert encode_prompt(tokenizer, "", 8) == [0]  # ' ', the first of its sorted characters
 
 
-
 def test_a_prompt_with_characters_the_model_lacks_drops_them_and_says_which(capsys):
     """Was: refused as a whole for one character, though the rest is a prompt the model reads."""
     tokenizer = CharTokenizer.from_text("abc def")
     assert encode_prompt(tokenizer, "a\u00e9b?c \u00e9d", 16) == tokenizer.encode("abc d")
     assert capsys.readouterr().err.splitlines() == [
         "note: 3 character(s) of the prompt dropped, '?\u00e9': the model's 7-character vocabulary does not have them"]
+
 
 def test_prompt_from_text_file_and_empty():
     tokenizer = CharTokenizer.from_text("ab\nc")

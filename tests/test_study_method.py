@@ -447,6 +447,7 @@ def test_a_study_config_before_its_data_is_prepared_names_preparers_that_exist(t
     assert named and all((repo / script).is_file() for script in named), output
     assert not (tmp_path / "study").exists()
 
+
 def test_sliding_window_as_long_as_the_eval_length_compares_no_model_with_itself():
     records = []
     for cell in ("a", "b"):

@@ -622,7 +622,6 @@ def test_resume_from_the_command_line_takes_the_runs_own_settings(tmp_path, char
         "note: resuming with learning_rate=0.001 (the run's: 0.003); every other setting is the run's"]
 
 
-
 def rates(out_dir) -> dict[int, float]:
     """{step: its learning rate} from metrics.jsonl (log_interval=1: the line after step s has iter s + 1)."""
     return {record["iter"] - 1: record["lr"] for record in metrics(out_dir) if "lr" in record}

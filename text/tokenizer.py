@@ -67,13 +67,13 @@ class CharTokenizer:
         return {"kind": "char", "chars": self.chars, "vocab_size": self.vocab_size, **special}
 
 
-
 def dropped_characters(text: str, tokenizer: "Tokenizer") -> str:
     """The distinct characters of text that the tokenizer has no token for, sorted: a char vocabulary's missing
     ones; "" for GPT-2 and the BPEs, whose byte tokens encode any text."""
     if not isinstance(tokenizer, CharTokenizer):
         return ""
     return "".join(sorted(set(text) - tokenizer.index.keys()))
+
 
 class TiktokenTokenizer:
     """Byte-level BPE through a tiktoken Encoding (GPT-2's, or one learned from the data): any text round-trips."""
