@@ -635,9 +635,12 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
     with contextlib.ExitStack() as stack:
         note, trained = "", None
         if config.init_from == "resume" and not Path(config.out_dir).is_file():  # a file: claim_out_dir says so
-            trained = check_resumable(Path(config.out_dir) / CHECKPOINT)
+            trained, trained_model = check_resumable(Path(config.out_dir) / CHECKPOINT)
             config, note = resumed_settings(config, trained or {}, TRAIN_FIELDS if explicit is None else explicit)
             note = note if explicit is not None else ""  # a caller's config is all given, on purpose (a study's)
+            if explicit is not None and trained_model is not None:  # the run's settings, the flags' among them
+                refuse_unused(config, trained_model, explicit, "drop it (a resumed run keeps its checkpoint's "
+                              "model and optimizer)")
         explicit = frozenset({"dropout"}) if explicit is None else explicit  # a caller's model_config: its dropout
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
@@ -793,13 +796,19 @@ def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterabl
     return unused
 
 
+def refuse_unused(config: TrainConfig, model_config: GPTConfig, given: Iterable[str], fix: str) -> None:
+    """One line naming every given setting that would do nothing in this run (unused_settings), and fix."""
+    unused = unused_settings(config, model_config, given)
+    if unused:
+        raise OptionError(f"{'; '.join(unused)}: it would do nothing; {fix}")
+
+
 def main(argv: list[str]) -> None:
     (train_config, model_config), chosen = parse_options_and_choices(
         argv, (TrainConfig, GPTConfig), prog="train.py", description=__doc__, skip=("vocab_size",))
-    unused = unused_settings(train_config, model_config, chosen) if train_config.init_from != "resume" else []
-    if unused:  # a resumed run's encoding is its checkpoint's: the resume checks compare those settings
-        raise OptionError(f"{'; '.join(unused)}: it would do nothing; drop it, or set the encoding, schedule or "
-                          "optimizer it belongs to")
+    if train_config.init_from != "resume":  # a resumed run's settings are its checkpoint's: train_in_process's
+        refuse_unused(train_config, model_config, chosen, "drop it, or set the encoding, schedule or optimizer it "
+                      "belongs to")
     result = train(train_config, model_config, frozenset(chosen))
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM

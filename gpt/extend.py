@@ -35,9 +35,16 @@ def extended_config(config: GPTConfig, block_size: int, method: str) -> GPTConfi
     if config.position_scaling not in ("none", scaling):
         raise ValueError(f"the model's context already grew by position_scaling={config.position_scaling!r}; grow "
                          f"it again by the same method, extend_positions={config.position_scaling}")
-    # The factor compounds, and trained_block_size stays the length the weights first learned positions at; a
-    # setting derived from block_size (CoPE's rows) is written out first: it keeps the trained model's value.
-    scale = config.position_scale * block_size / config.block_size if scaling != "none" else 1.0
+    # The factor compounds, relative to the length the positions reach (a cropped model's trained length: the
+    # positions it was cropped from are still its own), and trained_block_size stays the length the weights first
+    # learned positions at; a setting derived from block_size (CoPE's rows) is written out first: it keeps the
+    # trained model's value.
+    reach = ENCODINGS[config.pos_encoding].reach(config)
+    if scaling != "none" and config.position_scaling == "none" and block_size <= reach:
+        raise ValueError(f"block_size={block_size} is within the {reach} positions the model was trained at (it was "
+                         f"cropped to {config.block_size}), so extend_positions={method} would scale nothing; give "
+                         f"extend_positions=keep, or a block_size past {reach}")
+    scale = config.position_scale * max(block_size, reach) / reach if scaling != "none" else 1.0
     return replace(config, **derived_settings(config), block_size=block_size, position_scaling=scaling,
                    position_scale=scale, trained_block_size=trained_length(config))
 

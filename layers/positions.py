@@ -77,6 +77,14 @@ class PositionEncoding:
                              f"{config.block_size}: training draws block_size distinct positions from "
                              f"0..random_positions-1; give 0 (off) or a range >= {config.block_size}")
 
+    @classmethod
+    def reach(cls, config) -> int:
+        """The length the model's positions cover, which an extension's factor is relative to (extend.py): its
+        block_size, or, where it was cropped, the length it had before: the one trained at (trained_length) times
+        the factor it already grew by. A crop keeps every position these encodings compute, so a cropped model
+        extended is the uncropped one extended."""
+        return max(config.block_size, round(config.position_scale * trained_length(config)))
+
     def max_length(self) -> int | None:
         """Positions 0 .. max_length-1 can be placed; None: any position."""
         return None
@@ -158,6 +166,11 @@ class Learned(PositionEncoding):
             raise ValueError(f"position_scaling={config.position_scaling!r} on a learned table only records how "
                              "extend.py grew it (from trained_block_size rows), and trained_block_size=0 says it was "
                              "not grown; grow the table with train.py --extend_positions=interpolate|copy")
+
+    @classmethod
+    def reach(cls, config) -> int:
+        # the table's rows: a crop cut the others, and grow interpolates or tiles the rows it has
+        return config.block_size
 
     def max_length(self) -> int:
         return max(self.config.block_size, self.config.random_positions)

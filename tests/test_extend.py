@@ -215,6 +215,40 @@ def test_a_cropped_model_is_the_trained_one_on_the_windows_it_still_takes(pos_en
     assert (model.config.block_size, model.config.trained_block_size) == (BLOCK // 2, BLOCK)
     assert torch.equal(model(idx)[0], before) and torch.equal(rebuilt(idx)[0], before)
 
+@pytest.mark.parametrize("pos_encoding, method", [a for a in APPLICABLE if a[0] != "learned"])
+@torch.no_grad()
+def test_a_cropped_model_extended_is_the_uncropped_one_extended(pos_encoding, method):
+    """Trained at 64, cropped to 32 (to finetune at a shorter window), then extended to 128: the config and the
+    logits of the model trained at 64 extended to 128 directly, bit for bit. The factor read the cropped length:
+    rope and sinusoidal scaled by 4 where YaRN's original length (and the positions trained) said 2."""
+    direct, cropped = tiny_model(pos_encoding, block_size=64), tiny_model(pos_encoding, block_size=64)
+    cropped.crop_block_size(32)
+    extend_model(direct, 128, method)
+    extend_model(cropped, 128, method)
+    assert direct.config.position_scale == (1.0 if method == "keep" else 2.0)  # 128 / 64, the trained length
+    assert cropped.config == direct.config
+    idx = random_ids(2, 128, seed=1)
+    assert torch.equal(cropped(idx)[0], direct(idx)[0])
+
+
+@pytest.mark.parametrize("method", ["interpolate", "yarn"])
+def test_a_grown_model_cropped_and_grown_again_compounds_from_its_trained_length(method):
+    """Grown 64 -> 128, cropped to 100, grown to 256: the factor of 128 grown to 256, 4, not 2 x 256 / 100."""
+    cropped = extended_config(scaled(), 128, method)
+    cropped.block_size, cropped.trained_block_size = 100, 64  # as crop_block_size leaves it
+    assert extended_config(cropped, 256, method) == extended_config(extended_config(scaled(), 128, method), 256,
+                                                                    method)
+    assert extended_config(cropped, 120, method).position_scale == 2.0  # within its reach: its own factor
+
+
+def test_a_learned_table_cropped_grows_from_the_rows_it_kept():
+    """A crop cuts a learned table's rows, so its factor is that of the rows it has: 32 grown to 128 is 4."""
+    model = tiny_model("learned", block_size=64)
+    model.crop_block_size(32)
+    extend_model(model, 128, "interpolate")
+    assert (model.config.position_scale, model.input_layer.wpe.size(0)) == (4.0, 128)
+
+
 # ---------------------------------------------------------------------------------------------------- bad input
 
 
@@ -242,6 +276,13 @@ def test_bad_extensions_are_one_line_value_errors():
         scaled(position_scale=2.0)
     with pytest.raises(ValueError, match=r"trained_block_size=-1 must be >= 0: the block_size the model was"):
         scaled(trained_block_size=-1)
+    cropped = tiny_model("rope", block_size=64)
+    cropped.crop_block_size(32)
+    with pytest.raises(ValueError, match=r"^block_size=48 is within the 64 positions the model was trained at \(it "
+                                         r"was cropped to 32\), so extend_positions=yarn would scale nothing; give "
+                                         r"extend_positions=keep, or a block_size past 64$"):
+        extend_model(cropped, 48, "yarn")
+    extend_model(cropped, 48, "keep")  # the trained positions, unscaled
 
 
 def test_shrinking_below_the_cached_positions_is_refused():

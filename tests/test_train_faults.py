@@ -421,3 +421,32 @@ def test_a_flag_that_would_do_nothing_is_refused_before_the_run(tmp_path, char_d
     result = cli(train_module.main, flags(tmp_path / "out", char_data, **given), capsys)
     assert_one_line_error(*result, *fragments, "it would do nothing")
     assert not (tmp_path / "out").exists()
+
+
+
+@pytest.mark.parametrize("given, fragment", [
+    ({"head_learning_rate": 0.01}, "head_learning_rate is a setting of tie_head=False, and this run's head is the "
+                                   "token table"),
+    ({"batch_size_start": 2}, "batch_size_start is a setting of batch_size_warmup, and this run's is 0"),
+    ({"fire_width": 8}, "fire_width is a setting of pos_encoding=fire, and this run's is learned"),
+    ({"fire_width": 32}, "fire_width is a setting of pos_encoding=fire, and this run's is learned"),
+])
+def test_a_resume_given_a_flag_that_would_do_nothing_is_refused_before_a_step(run_copy, capsys, given, fragment):
+    """Was: the check was skipped on resume, so these trained on the tied-head, learned, warmup-less run with a note
+    (fire_width=8 was called a shape the checkpoint lacks, fire_width=32 said nothing)."""
+    before = digests(run_copy)
+    result = cli(train_module.main, flags(run_copy / "run", run_copy / "data", init_from="resume", max_iters=8,
+                                          **given), capsys)
+    assert_one_line_error(*result, fragment, "it would do nothing; drop it (a resumed run keeps its checkpoint's")
+    assert digests(run_copy) == before
+
+
+def test_a_resume_takes_the_flags_its_checkpoints_settings_use(tmp_path, char_data, capsys):
+    """The check reads the resumed run's settings, not the flags' alone: rope_base on a rope run, head_learning_rate
+    on an untied head and batch_size_start under a batch warmup resume, none of their owners given again."""
+    used = dict(rope_base=500.0, head_learning_rate=0.02, batch_size_start=2)
+    code, out, err = cli(train_module.main, flags(tmp_path / "run", char_data, max_iters=2, pos_encoding="rope",
+                                                  tie_head=False, batch_size_warmup=2, **used), capsys)
+    assert code == 0, err
+    code, out, err = cli(train_module.main, flags(tmp_path / "run", char_data, init_from="resume", **used), capsys)
+    assert code == 0 and "done: 4 iterations" in out, err

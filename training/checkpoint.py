@@ -259,11 +259,11 @@ def continued_differences(given: GPTConfig, found: GPTConfig, explicit: frozense
     return differences
 
 
-def check_resumable(path: Path) -> dict | None:
+def check_resumable(path: Path) -> tuple[dict | None, GPTConfig | None]:
     """Refuse --init_from=resume without a checkpoint, or on nanoGPT's out_dir, before this run makes out_dir or
     locks it (writing train.lock there): a glance at the checkpoint (weights_only, its tensors memory-mapped, not
-    read). Its run's training settings (the checkpoint's `config`), or None where the glance cannot tell; anything
-    else wrong with the file is found by load_for_resume, after the lock."""
+    read). Its run's training settings (the checkpoint's `config`) and model settings (`model_args`), each None
+    where the glance cannot tell; anything else wrong with the file is found by load_for_resume, after the lock."""
     if not path.is_file():
         raise UserError(f"--init_from=resume needs {path}, which does not exist; start a new run with "
                         "--init_from=scratch, or give the --out_dir of the run to continue")
@@ -274,12 +274,18 @@ def check_resumable(path: Path) -> dict | None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # damaged, truncated, hostile, not a zip: load_checkpoint names which
-        return None
+        return None, None
     if is_checkpoint(state):
         raise UserError(f"{path} is nanoGPT's checkpoint, which cannot be resumed in its own out_dir (it holds no "
                         f"random state); continue it in a new one: --init_from={path} --out_dir=NEW_DIR")
-    trained = state.get("config") if isinstance(state, dict) else None
-    return trained if isinstance(trained, dict) else None
+    if not isinstance(state, dict):
+        return None, None
+    try:
+        model_config = config_from_args(state.get("model_args"), path)
+    except UserError:  # said by load_for_resume, in its turn among the file's faults
+        model_config = None
+    trained = state.get("config")
+    return trained if isinstance(trained, dict) else None, model_config
 
 
 def check_split(trained_on: dict, data_description: dict, path: Path, dataset: str) -> None:
