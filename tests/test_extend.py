@@ -215,6 +215,7 @@ def test_a_cropped_model_is_the_trained_one_on_the_windows_it_still_takes(pos_en
     assert (model.config.block_size, model.config.trained_block_size) == (BLOCK // 2, BLOCK)
     assert torch.equal(model(idx)[0], before) and torch.equal(rebuilt(idx)[0], before)
 
+
 @pytest.mark.parametrize("pos_encoding, method", [a for a in APPLICABLE if a[0] != "learned"])
 @torch.no_grad()
 def test_a_cropped_model_extended_is_the_uncropped_one_extended(pos_encoding, method):

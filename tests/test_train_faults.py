@@ -423,7 +423,6 @@ def test_a_flag_that_would_do_nothing_is_refused_before_the_run(tmp_path, char_d
     assert not (tmp_path / "out").exists()
 
 
-
 @pytest.mark.parametrize("given, fragment", [
     ({"head_learning_rate": 0.01}, "head_learning_rate is a setting of tie_head=False, and this run's head is the "
                                    "token table"),
