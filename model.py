@@ -548,11 +548,13 @@ class GPT(nn.Module):
     def get_num_params(self, non_embedding: bool = False) -> int:
         """Parameters, the tied head counted once; non_embedding=True leaves out the position parameters (nanoGPT
         leaves out its position table) and the tables that are only looked up, no product (value embeddings,
-        bigram): flops_per_token counts the rest."""
+        bigram, and the token table when the head is a matrix of its own): flops_per_token counts the rest."""
         n_params = sum(p.numel() for p in self.parameters())
         if not non_embedding:
             return n_params
         lookups = [t.weight for t in (self.value_embeddings, self.input_layer.bigram) if t is not None]
+        if not self.config.tie_head:  # tied, the table is the head's product too; untied, the head is counted
+            lookups.append(self.input_layer.wte)
         return n_params - self.input_layer.num_position_params() - sum(t.numel() for t in lookups)
 
     def make_cache(self, batch_size: int, max_length: int | None = None, dtype: torch.dtype | None = None) -> KVCache:
@@ -712,9 +714,13 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused, foreach=None if fused else True)
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs (forward + backward) per token at context seq_len, as in the PaLM appendix."""
+        """Training FLOPs (forward + backward) per token at context seq_len, as in the PaLM appendix: 6 per
+        parameter, and per layer 6 per width of the scores' product (queries by keys) and of the values' (scores
+        by values) at each of seq_len positions. PaLM's 12 n_layer n_embd seq_len where the keys are as wide as the
+        values; PoPE's keys (and queries) are twice as wide (key_width), so its scores cost twice theirs."""
         n_params = self.get_num_params(non_embedding=True)
-        return 6 * n_params + 12 * self.config.n_layer * self.config.n_embd * seq_len
+        scores = self.config.n_head * self.input_layer.encoding.key_width()
+        return 6 * n_params + 6 * self.config.n_layer * (scores + self.config.n_embd) * seq_len
 
 
 def has_fused_adamw(device_type: str) -> bool:

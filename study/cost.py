@@ -2,10 +2,14 @@
 of the study already finished (their records' times) or, before the first, a short timed probe of the study's own
 model through train.train(); the plan view (--list_runs) and the time box (--time_limit) read these estimates.
 
-A step's time comes from finished training runs (median seconds per step trained); an evaluation's from finished
-evaluations (median seconds per token forwarded), else from the step's: a forward pass is about a third of a
-training step's work per token. Estimates are of one process: with --jobs=N the study's wall time is about their
-sum over N, where N processes on N cores each run at the speed of one (docs/study_method.md says how close).
+Training is priced per token trained, from finished training runs (median seconds per token), not per step: a
+step under the batch-size schedule (training/batch_schedule.py) trains fewer sequences and takes less time, and a
+study's cells may differ in batch size. A step's fixed part (the optimizer's update, Muon's orthogonalisation) does
+not shrink with the batch, so a growing batch's first steps cost a little more than their tokens say. An
+evaluation's time comes from finished evaluations (median seconds per token forwarded), else from training's: a
+forward pass is about a third of a training step's work per token. Estimates are of one process: with --jobs=N the
+study's wall time is about their sum over N, where N processes on N cores each run at the speed of one
+(docs/study_method.md says how close).
 """
 
 import contextlib
@@ -21,7 +25,7 @@ from study.evaluation import protocol_window, sliding_geometry
 from study.plan import STABLE, StudyRun
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
-from train import tokens_per_iter, train
+from train import tokens_per_iter, tokens_trained, train
 from training.run_dir import CHECKPOINT
 
 PROBE_STEPS = 20  # timed steps of the probe (its first, with warm-up, is left out by train())
@@ -35,22 +39,36 @@ def steps_to_train(run: StudyRun, by_dir: dict[Path, dict]) -> int:
     return run.train_config.max_iters - start
 
 
-def rebuild_steps(plan: list[StudyRun], finished: list[dict | None]) -> list[int]:
-    """Steps each run still to train first spends training again the checkpoints it starts from that are not on
+def tokens_to_train(run: StudyRun, by_dir: dict[Path, dict]) -> int:
+    """Tokens the run trains itself: those of its steps_to_train steps, the last of its max_iters, under its
+    batch-size schedule."""
+    end = run.train_config.max_iters
+    return (tokens_trained(run.train_config, run.model_config, end)
+            - tokens_trained(run.train_config, run.model_config, end - steps_to_train(run, by_dir)))
+
+
+def rebuilt_runs(plan: list[StudyRun], finished: list[dict | None]) -> list[list[StudyRun]]:
+    """The finished runs each run still to train first trains again, as their checkpoints it starts from are not on
     disk (a repository keeps records, not checkpoints: runs/rebuild_checkpoint); a checkpoint shared by several
     runs is counted at the first of them in plan order, as the first to start rebuilds it."""
     by_dir = {run.dir: run for run in plan}
     done = {run.dir for run, record in zip(plan, finished, strict=True) if record is not None}
-    counted, steps = set(), []
+    counted, rebuilt = set(), []
     for run in plan:
-        own = 0
+        own = []
         start = None if run.dir in done else run.start_from  # a trained run needs no start again
         while start in done and start not in counted and not (start / CHECKPOINT).is_file():
             counted.add(start)
-            own += steps_to_train(by_dir[start], by_dir)
+            own.append(by_dir[start])
             start = by_dir[start].start_from
-        steps.append(own)
-    return steps
+        rebuilt.append(own)
+    return rebuilt
+
+
+def rebuild_steps(plan: list[StudyRun], finished: list[dict | None]) -> list[int]:
+    """Steps each run still to train first spends training again the checkpoints it starts from (rebuilt_runs)."""
+    by_dir = {run.dir: run for run in plan}
+    return [sum(steps_to_train(again, by_dir) for again in runs) for runs in rebuilt_runs(plan, finished)]
 
 
 def forward_tokens(run: StudyRun, ablate: AblateConfig) -> float:
@@ -71,38 +89,40 @@ def forward_tokens(run: StudyRun, ablate: AblateConfig) -> float:
     return total
 
 
-def probe_step_seconds(run: StudyRun) -> float:
-    """Seconds per training step of the run's model and batches, timed by train() in a temporary folder."""
+def probe_token_seconds(run: StudyRun) -> float:
+    """Seconds per token trained of the run's model at its full batch, timed by train() in a temporary folder. The
+    batch-size schedule is off: the probe's 20 steps would be a growing batch's smallest, whose fixed part per step
+    weighs most, where most of a run's tokens are trained at the full batch."""
     with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(io.StringIO()):
         config = replace(run.train_config, out_dir=folder, init_from="scratch", max_iters=PROBE_STEPS + 1,
                          lr_decay_iters=PROBE_STEPS + 1, warmup_iters=1, eval_interval=10**9, eval_iters=1,
-                         progress=False, wandb_log=False)
+                         batch_size_warmup=0, progress=False, wandb_log=False)
         result = train(config, replace(run.model_config))
-    return statistics.median(result["step_seconds"][1:])
+    return statistics.median(result["step_seconds"][1:]) / tokens_per_iter(config, run.model_config)
 
 
 def run_estimates(plan: list[StudyRun], ablate: AblateConfig, finished: list[dict | None]) -> list[float]:
     """Estimated seconds each run still needs (0 for one finished and evaluated: finished[i] is its record, with
     "eval" where it has one). Timings come from the finished runs, else from a probe."""
     by_dir = {run.dir: run for run in plan}
-    trained = [(r["train_seconds"], steps_to_train(run, by_dir)) for run, r in zip(plan, finished, strict=True) if r]
-    per_step = [seconds / steps for seconds, steps in trained if steps > 0]
-    step_seconds = statistics.median(per_step) if per_step else None
+    trained = [(r["train_seconds"], tokens_to_train(run, by_dir)) for run, r in zip(plan, finished, strict=True) if r]
+    per_token = [seconds / tokens for seconds, tokens in trained if tokens > 0]
+    token_seconds = statistics.median(per_token) if per_token else None
     scored = [(r["eval"]["seconds"], forward_tokens(run, ablate)) for run, r in zip(plan, finished, strict=True)
               if r and "eval" in r]
-    per_token = [seconds / tokens for seconds, tokens in scored if tokens > 0]
+    per_forward = [seconds / tokens for seconds, tokens in scored if tokens > 0]
     estimates = []
-    for run, record, rebuilt in zip(plan, finished, rebuild_steps(plan, finished), strict=True):
+    for run, record, rebuilt in zip(plan, finished, rebuilt_runs(plan, finished), strict=True):
         done = record is not None and (run.role == STABLE or "eval" in record)
         if done:
             estimates.append(0.0)
             continue
-        if step_seconds is None:
-            step_seconds = probe_step_seconds(run)
-        token_seconds = statistics.median(per_token) if per_token else step_seconds / (
-            3 * tokens_per_iter(run.train_config, run.model_config))
-        train_part = 0 if record is not None else (steps_to_train(run, by_dir) + rebuilt) * step_seconds
-        estimates.append(train_part + forward_tokens(run, ablate) * token_seconds)
+        if token_seconds is None:
+            token_seconds = probe_token_seconds(run)
+        forward_seconds = statistics.median(per_forward) if per_forward else token_seconds / 3
+        tokens = sum(tokens_to_train(again, by_dir) for again in [run, *rebuilt])
+        train_part = 0 if record is not None else tokens * token_seconds
+        estimates.append(train_part + forward_tokens(run, ablate) * forward_seconds)
     return estimates
 
 

@@ -427,6 +427,12 @@ def plot_sweep(study_dir: Path, rows: list[dict], records: list[dict], study: di
     return "sweep"
 
 
+def budget_tokens(entry: dict, reference: str) -> int:
+    """The tokens a budget's column and tick name: the reference cell's (a cell of another batch size, or under a
+    batch-size schedule, trained on others: its own point and table cell say so), the first cell's without it."""
+    return next((row for row in entry["rows"] if row["variant"] == reference), entry["rows"][0])["tokens_seen"]
+
+
 def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
     """Each cell's loss at L = block_size against the tokens it trained on (one point per budget, each with its own
     schedule), and each cell's paired gap to the reference cell, with the seed interval as a band."""
@@ -439,7 +445,7 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
     for cell in cells:
         points = [(row["tokens_seen"], *row["loss"][key]) for entry in by_budget for row in entry["rows"]
                   if row["variant"] == cell]
-        gaps = [(entry["rows"][0]["tokens_seen"], g["mean"], g["low"], g["high"]) for entry in by_budget
+        gaps = [(budget_tokens(entry, budgets["reference"]), g["mean"], g["low"], g["high"]) for entry in by_budget
                 for g in entry["gaps"] if g["a"] == cell]
         interval_line(left, points, palette[cell], cell)
         if gaps:
@@ -451,7 +457,7 @@ def plot_budgets(study_dir: Path, budgets: dict, study: dict) -> str:
     margin = study["ablate_config"]["equivalence_margin"]
     if margin:
         right.axhspan(-margin, margin, color="gray", alpha=0.15, label=f"equivalence margin ±{margin:g}")
-    ticks = {entry["rows"][0]["tokens_seen"]: budget for budget, entry in budgets["by_budget"].items()}
+    ticks = {budget_tokens(entry, budgets["reference"]): budget for budget, entry in budgets["by_budget"].items()}
     seen = sorted(ticks)
     # budgets this near each other: their two-line labels would run into each other
     close = any(b / a < 1.4 for a, b in zip(seen, seen[1:], strict=False))

@@ -18,7 +18,15 @@ from study.config import PROTOCOLS, AblateConfig
 from study.evaluation import bits_per, sliding_geometry, untrained_buckets
 from study.paired_stats import CONFIDENCE, holm, interval, paired, plus_minus, tost, verdict
 from study.plan import StudyRun, control_cells
-from study.plots import against, plot_all, plot_time_to_target, seed_entries, seeds_lower, write_report_file
+from study.plots import (
+    against,
+    budget_tokens,
+    plot_all,
+    plot_time_to_target,
+    seed_entries,
+    seeds_lower,
+    write_report_file,
+)
 from study.target import target_rows, target_table
 from text.dataset import resolve_data_dir
 from text.tokenizer import read_description
@@ -399,20 +407,26 @@ def main_table(rows: list[dict], study: dict) -> list[str]:
 def budget_table(budgets: dict, study: dict) -> list[str]:
     """Each cell's loss at L = block_size at every budget, and its gap to the reference."""
     labels, reference = study["labels"], budgets["reference"]
+    tokens = {budget: budget_tokens(entry, reference) for budget, entry in budgets["by_budget"].items()}
+    # A column's one count would be wrong for a cell of another batch size or a batch-size schedule: it says its own
+    own = any(row["tokens_seen"] != tokens[b] for b, entry in budgets["by_budget"].items() for row in entry["rows"])
     lines = ["", "## Budgets", "", f"Each cell at each budget, L = block_size, non-overlapping (nats/token; bits per "
              f"byte after the slash); gap: the cell − {labels.get(reference, reference)}, paired by seed"
-             + (", with the TOST verdict" if study["ablate_config"]["equivalence_margin"] else "") + ".", ""]
-    columns = ["cell"] + [f"{b} steps ({entry['rows'][0]['tokens_seen']:,} tokens)"
-                          for b, entry in budgets["by_budget"].items()]
+             + (", with the TOST verdict" if study["ablate_config"]["equivalence_margin"] else "")
+             + (f". A column's heading counts the tokens {labels.get(reference, reference)} trained on; a cell that "
+                "trained on others (another batch size, a batch-size schedule) gives its own in brackets"
+                if own else "") + ".", ""]
+    columns = ["cell"] + [f"{b} steps ({tokens[b]:,} tokens)" for b in budgets["by_budget"]]
     table = []
     for cell in dict.fromkeys(row["variant"] for entry in budgets["by_budget"].values() for row in entry["rows"]):
         cells = [labels.get(cell, cell)]
-        for entry in budgets["by_budget"].values():
+        for budget, entry in budgets["by_budget"].items():
             row = next((r for r in entry["rows"] if r["variant"] == cell), None)
             gap = next((g for g in entry["gaps"] if g["a"] == cell), None)
             key = f"nonoverlapping {study['block_size']}"
             text = "" if row is None else (
-                f"{plus_minus(row['loss'][key])} / {plus_minus(row['bits_per_byte'][key])}")
+                f"{plus_minus(row['loss'][key])} / {plus_minus(row['bits_per_byte'][key])}" + (
+                    f" [{row['tokens_seen']:,} tokens]" if row["tokens_seen"] != tokens[budget] else ""))
             if gap is not None:
                 text += f"; gap {gap['mean']:+.4f} {interval_text(gap)}" + (
                     f" {gap['verdict']}" if "verdict" in gap and not gap["untested"] else "")

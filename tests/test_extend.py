@@ -448,10 +448,12 @@ def test_a_finetune_is_priced_at_its_own_steps(tmp_path, char_data, monkeypatch)
     plan = run_plan(*configs)
     by_dir = {run.dir: run for run in plan}
     assert [study_cost.steps_to_train(run, by_dir) for run in plan] == [2, 2, 0, 2]
-    monkeypatch.setattr(study_cost, "probe_step_seconds", lambda run: 1.0)
+    monkeypatch.setattr(study_cost, "probe_token_seconds", lambda run: 1.0)
     estimates = study_cost.run_estimates(plan, configs[0], [None] * len(plan))
     assert all(seconds > 0 for seconds in estimates)  # the 0-step extension is still evaluated
-    assert estimates[3] >= 2.0  # 2 steps at 1 s each, and its evaluation
+    train_config, model_config = plan[3].train_config, plan[3].model_config
+    step = train_config.gradient_accumulation_steps * train_config.batch_size * model_config.block_size
+    assert estimates[3] >= 2 * step  # 2 steps' tokens at 1 s each, and its evaluation
     view = study_cost.plan_view(plan, estimates, [0] * len(plan), 2)
     assert view.splitlines()[-2].startswith("0 finished, 4 to run: 6 steps")
 

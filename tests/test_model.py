@@ -326,6 +326,31 @@ def test_gpt2_124m_parameter_counts():
     assert model.get_num_params(non_embedding=True) == total - position_table
 
 
+@pytest.mark.parametrize("pos_encoding, tie_head", [("learned", True), ("rope", False), ("pope", True),
+                                                     ("pope", False), ("alibi", False)])
+def test_flops_per_token_counts_each_product_of_the_shapes(pos_encoding, tie_head):
+    """Was: PoPE's queries and keys, twice head_dim wide, had their scores counted at head_dim (its attention a
+    third low), and an untied head counted the token table, only looked up, as a product. Counted here from the
+    shapes (PaLM's 6 per parameter, biases and gains too, and 3 x 2 per width of each attention product and
+    position, as for a full, not causal, window); and where torch's FlopCounterMode sees attention (an explicit
+    mask or PoPE's polar keys; not rope's fused causal kernel), from its count of a forward pass, times 3."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    L, H, C, V, T = 2, 4, 64, 65, 32
+    model = GPT(GPTConfig(block_size=T, vocab_size=V, n_layer=L, n_head=H, n_embd=C, pos_encoding=pos_encoding,
+                          tie_head=tie_head))
+    matrices = L * (C * 3 * C + C * C + C * 4 * C + 4 * C * C) + V * C  # one product by the head, tied or not
+    vectors = L * (2 * 2 * C + 3 * C + C + 4 * C + C) + 2 * C  # biases and LayerNorms, and ln_f
+    key = 2 * C if pos_encoding == "pope" else C  # PoPE: each component a complex number, two reals
+    attention = L * 2 * T * (key + C)  # forward: scores (queries by keys), then scores by values
+    assert model.flops_per_token(T) == 6 * (matrices + vectors) + 3 * attention
+    if pos_encoding in ("pope", "alibi"):
+        ids = torch.randint(0, V, (2, T))
+        with FlopCounterMode(display=False) as counter:
+            model(ids, ids)
+        assert model.flops_per_token(T) == 3 * counter.get_total_flops() / ids.numel() + 6 * vectors
+
+
 def test_initialisation_statistics():
     torch.manual_seed(0)
     n_layer = 4

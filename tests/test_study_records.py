@@ -328,12 +328,13 @@ def test_a_bad_time_limit_is_one_line(reference, tmp_path, capsys, text):
 
 def test_the_plan_view_prices_runs_from_the_finished_ones(reference, tmp_path, capsys, monkeypatch):
     """--list_runs on a study half finished: finished runs say so, the others are priced from the finished runs'
-    own seconds per step and per evaluated token (no probe), and the run count stays the last line."""
+    own seconds per token trained (one batch size: per step too) and per evaluated token (no probe), and the run
+    count stays the last line."""
     partial = tmp_path / "study"
     copy_records(reference / "study", partial)
     for seed_dir in partial.glob("*/seed1338"):
         shutil.rmtree(seed_dir)
-    monkeypatch.setattr(study_cost, "probe_step_seconds", lambda run: pytest.fail("probed"))
+    monkeypatch.setattr(study_cost, "probe_token_seconds", lambda run: pytest.fail("probed"))
     code, out, err = cli(ablate.main, flags(partial, reference / "data", list_runs=True), capsys)
     assert code == 0, err
     lines = out.strip().splitlines()
@@ -372,7 +373,7 @@ def test_the_plan_view_prices_the_checkpoints_trained_again(reference, tmp_path,
     for rebuilt in partial.glob("*/seed1338/stable6"):  # one checkpoint back: only the 3 steps after it again
         (rebuilt.parent / "stable3" / "ckpt.pt").write_bytes(b"")
     assert sorted(study_cost.rebuild_steps(plan, finished)) == [0] * 14 + [3, 3]
-    monkeypatch.setattr(study_cost, "probe_step_seconds", lambda run: pytest.fail("probed"))
+    monkeypatch.setattr(study_cost, "probe_token_seconds", lambda run: pytest.fail("probed"))
     estimates = study_cost.run_estimates(plan, configs(partial, reference / "data")[0], finished)
     per_step = min(json.loads(p.read_text())["train_seconds"] / 3 for p in partial.glob("*/*/stable*/done.json"))
     for run, seconds in zip(plan, estimates, strict=True):
@@ -510,3 +511,35 @@ def test_a_report_redrawn_keeps_how_the_runs_ran_and_takes_the_labels(reference,
     assert redrawn["labels"] == {"learned": "learned", "none": "no positions"}
     assert "| no positions | learned |" in (study_dir / "results.md").read_text()
     assert [row["variant"] for row in redrawn["summary"]] == ["learned", "none"]
+
+
+def test_a_growing_batch_is_priced_by_the_tokens_it_trains(tmp_path, monkeypatch):
+    """Was: training priced per step, so a run whose batch grows from 1 to 4 sequences over its first 4 steps cost
+    a whole 8 steps of 4, and the probe timed 20 steps of the smallest batches. Priced per token trained: its
+    sequences are 1 + 3s // 4 at steps s = 0..3 (1, 1, 2, 3), then 4, each of 16 tokens."""
+    prepare(corpus(), tmp_path / "data", "char")
+    grown = "learned batch_size_warmup=4 batch_size_start=1"
+    plan = run_plan(*configs(tmp_path / "study", tmp_path / "data", variants=f"learned,{grown}", budgets=8,
+                             lr_schedule="cosine"))
+    assert sorted(run.variant for run in plan) == ["learned"] * 2 + [grown] * 2
+    plain_tokens, grown_tokens = 8 * 4 * 16, (1 + 1 + 2 + 3 + 4 * 4) * 16
+    rate = 0.001  # seconds per token of the finished runs
+    finished = [{"train_seconds": rate * plain_tokens, "eval": {"seconds": 1.0}} if run.variant == "learned" else None
+                for run in plan]
+    monkeypatch.setattr(study_cost, "probe_token_seconds", lambda run: pytest.fail("probed"))
+    estimates = study_cost.run_estimates(plan, configs(tmp_path / "study", tmp_path / "data")[0], finished)
+    assert estimates == [0.0 if run.variant == "learned" else pytest.approx(rate * grown_tokens + 1.0)
+                         for run in plan]  # the evaluation: the finished runs' second, the same tokens
+
+    probed = []  # before any run finished: the probe times full steps, the schedule off
+    monkeypatch.undo()
+
+    def train(config, model_config):
+        probed.append(config.batch_size_warmup)
+        return {"step_seconds": [9.0] + [rate * 4 * 16] * study_cost.PROBE_STEPS}
+
+    monkeypatch.setattr(study_cost, "train", train)
+    estimates = study_cost.run_estimates(plan, configs(tmp_path / "study", tmp_path / "data")[0], [None] * 4)
+    assert probed == [0]
+    by_cell = {run.variant: seconds for run, seconds in zip(plan, estimates, strict=True)}
+    assert by_cell[grown] - by_cell["learned"] == pytest.approx(rate * (grown_tokens - plain_tokens))

@@ -193,3 +193,22 @@ def test_the_budgets_plot_of_near_budgets_keeps_its_labels_apart_and_inside(monk
         extent = text.get_window_extent(renderer)
         assert box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1, text.get_text()
         assert box.y0 - 1 <= extent.y0 and extent.y1 <= box.y1 + 1, text.get_text()
+
+
+def test_a_budget_column_names_the_tokens_of_each_cell_that_trained_other_ones():
+    """Was: the Budgets table's heading "300 steps (460,800 tokens)" stood over the cell whose batch grew from 8 to
+    24 sequences over 100 steps (docs/speedrun2_combined_gpt2), which trained on fewer. The heading keeps the
+    reference's count and that cell says its own, here summed step by step from the schedule's line; a study whose
+    cells share one count per budget reads as its committed results.md does."""
+    study = json.loads((REPO / "docs" / "speedrun2_combined_gpt2" / "results.json").read_text(encoding="utf-8"))
+    lines = report.budget_table(study["budgets"], study)
+    [heading] = [line for line in lines if line.startswith("| cell |")]
+    [grown] = [line for line in lines if line.startswith("| NorMuon, batch 8 to 24 over 100 steps |")]
+    for budget, cell in zip((300, 325, 350, 375), grown.strip("|").split("|")[1:], strict=True):
+        sequences = sum(8 + (24 - 8) * step // 100 for step in range(100)) + (budget - 100) * 24
+        assert f" [{sequences * 64:,} tokens];" in cell
+        assert f"| {budget} steps ({budget * 24 * 64:,} tokens) |" in heading + " |"
+    assert sum("tokens]" in line for line in lines) == 1  # the other cells train on the heading's count
+    plain = json.loads((REPO / "docs" / "positions_budgets" / "results.json").read_text(encoding="utf-8"))
+    text = "\n".join(report.budget_table(plain["budgets"], plain))
+    assert text in (REPO / "docs" / "positions_budgets" / "results.md").read_text(encoding="utf-8")
