@@ -1,7 +1,8 @@
 """bench.py --what=train: the bare forward/backward/step loop on one fixed batch, plain (eager, foreach AdamW) and
 with each change added (fused AdamW, compile, bfloat16 autocast on CPU), nanoGPT's if asked for, then
 train.train() against the bare loop of the same settings, in alternating rounds; MFU against the peak, and the
-optimizer step's own time (with --optimizer=muon, Muon's and AdamW's parts as train.py builds them)."""
+optimizer step's own time (with --optimizer=muon, Muon's and AdamW's parts as train.py builds them). Every step is
+the full batch: a batch-size schedule is turned off, and the description line says so."""
 
 import contextlib
 import importlib.util
@@ -169,7 +170,11 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
     model_config = replace(model_config, vocab_size=model_vocab_size(description))
     tokens_per_step = tokens_per_iter(config, model_config)
     dtype, dtype_reason = training_dtype(config, device)
-    config = replace(config, dtype=dtype_name(dtype))
+    # A batch-size schedule's first steps are smaller: train.py's run would time them against the bare loop's full
+    # batch and count each as full. Both sides time the full batch, the step a run takes once its batch has grown.
+    schedule = (f"; batch-size schedule off (batch_size_warmup={config.batch_size_warmup}): every step the full "
+                f"{tokens_per_step:,} tokens" if config.batch_size_warmup else "")
+    config = replace(config, dtype=dtype_name(dtype), batch_size_warmup=0)
     clock = bench_clock(bench, device)
     variants = training_variants(bench, config, device)
     configured = configured_variant(variants, config, device)
@@ -189,7 +194,7 @@ def bench_train(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig
                 figure("train.py", row, "overhead", 1 - train_rate / bare, "%")]
     return (f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "
             f"{bench.rounds} alternating rounds of {bench.bench_steps} steps (medians); dtype {dtype_name(dtype)} "
-            f"({dtype_reason})"), figures
+            f"({dtype_reason}){schedule}"), figures
 
 
 def timed_rounds(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig, loops: list[BareLoop],

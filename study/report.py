@@ -97,7 +97,8 @@ def summarize(records: list[dict], lengths: list[int], protocols: list[str], lab
         runs = [r for r in records if r["variant"] == variant]
         row = {"variant": variant, "label": labels.get(variant, variant), "seeds": [r["seed"] for r in runs],
                "parameters": runs[0]["parameters"], "budget": runs[0]["budget"],
-               "tokens_seen": runs[0].get("tokens_seen", runs[0]["budget"] * runs[0]["tokens_per_iter"]),
+               # the mean over seeds, as steps: max_seconds stops each seed at its own step
+               "tokens_seen": round(np.mean([r.get("tokens_seen", r["budget"] * r["tokens_per_iter"]) for r in runs])),
                "steps": float(np.mean([r["iter_num"] for r in runs])),
                "train_seconds": interval([r["train_seconds"] for r in runs]),
                "tokens_per_sec": interval([r["tokens_per_sec"] for r in runs]), "loss": {}}

@@ -114,8 +114,9 @@ def train_run(run: StudyRun, plan: list[StudyRun], bar: tqdm, start: int) -> dic
               "evals": result["evals"], "train_losses": result["train_losses"], "settings": settings(run),
               "checkpoint": checkpoint_identity(run.dir / CHECKPOINT),
               "provenance": provenance(result["dtype"], time.perf_counter() - started)}
-    if run.train_config.batch_size_warmup:  # steps of fewer tokens (a record without it is as it was: the report's
-        # tokens_seen is then budget x tokens_per_iter)
+    if run.train_config.batch_size_warmup or result["iter_num"] < run.train_config.max_iters:
+        # steps of fewer tokens, or fewer steps (max_seconds stopped it): the tokens of the steps it trained. A record
+        # without it is as it was, the report's tokens_seen then budget x tokens_per_iter
         record["tokens_seen"] = tokens_trained(run.train_config, run.model_config, result["iter_num"])
     if record["provenance"]["dtype"] != run.train_config.dtype:  # the study resolved it once, before any run
         raise RuntimeError(f"{run.dir} trained in {result['dtype']}, not the study's {run.train_config.dtype}")

@@ -6,6 +6,7 @@ loss computed here on them from the initial weights; an uninterrupted run (resum
 from the step times; the study's record of the tokens a run has seen.
 """
 
+import itertools
 import json
 import math
 import types
@@ -199,6 +200,34 @@ def test_a_study_records_the_tokens_seen_and_keeps_the_settings_of_runs_without_
         assert ("batch_size_warmup" in config_settings(train_config, model_config)["train_config"]) == (name == "ramp")
     assert records["ramp"]["tokens_seen"] == sum(ACCUMULATE * line(s, 1, 4, 5) * BLOCK for s in range(4))
     assert "tokens_seen" not in records["plain"]
+
+
+def test_a_study_run_stopped_by_max_seconds_records_the_tokens_of_the_steps_it_trained(tmp_path, char_data,
+                                                                                     monkeypatch):
+    """train.py's clock reads one second later at each call, so each step takes 1 s and max_seconds=3 (then 2)
+    stops a run of budget 6 after 3 (2) steps: its tokens_seen counts those steps, not budget x tokens_per_iter,
+    with and without the schedule; the report's row takes the mean over seeds, as its steps."""
+    from study.report import summarize
+
+    monkeypatch.setattr(train_module, "time", types.SimpleNamespace(perf_counter=itertools.count().__next__))
+    records = {}
+    for name, settings in (("ramp", RAMP), ("plain", dict(batch_size=4))):
+        for seconds in (3, 2):
+            folder = tmp_path / f"{name}{seconds}"
+            train_config, model_config = configs(folder, char_data, max_iters=6, dtype="float32", max_seconds=seconds,
+                                                 gradient_accumulation_steps=ACCUMULATE, **settings)
+            study = StudyRun(name, name, SEED + seconds, 6, "run", "val", folder, None, model_config, train_config)
+            records[name, seconds] = study_run.train_run(study, [study], tqdm(disable=True), 0)
+            assert records[name, seconds]["iter_num"] == seconds
+    for seconds in (3, 2):
+        assert records["ramp", seconds]["tokens_seen"] == sum(ACCUMULATE * line(s, 1, 4, 5) * BLOCK
+                                                              for s in range(seconds))
+        assert records["plain", seconds]["tokens_seen"] == seconds * ACCUMULATE * 4 * BLOCK
+    scored = {"tokens": 1, "bytes": 1, "chars": 1}
+    rows = summarize([{**r, "eval": scored} for r in records.values()], [], [], {})
+    assert [(row["variant"], row["steps"], row["tokens_seen"]) for row in rows] == [
+        ("ramp", 2.5, round(ACCUMULATE * BLOCK * (1 + 1 + 2 + 1 + 1) / 2)),
+        ("plain", 2.5, round(ACCUMULATE * BLOCK * 4 * 2.5))]
 
 
 # ---- refusals ------------------------------------------------------------------------------------------------------

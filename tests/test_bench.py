@@ -211,3 +211,34 @@ def test_the_training_benchmark_times_muon_as_train_py_builds_it(char_data):
     before = [p.detach().clone() for p in loop.model.parameters()]
     loop.step(time.perf_counter)
     assert all(not torch.equal(b, p) for b, p in zip(before, loop.model.parameters(), strict=True))
+
+
+def test_the_training_benchmark_times_the_full_batch_under_a_batch_schedule(char_data, monkeypatch):
+    """A batch-size schedule's first steps are smaller: timed by train.py and counted as full steps, they made its
+    tokens/s (and the overhead) look better than the bare loop's full batch. Both sides take 1 µs a token here, so
+    the two rates are 1e6 tokens/s each and the overhead 0 when train.py trains the full batch, as the line says."""
+    from benchmarks import train_speed
+    from benchmarks.common import BenchConfig
+    from train import tokens_per_iter
+
+    def train(config, model_config):  # a step's time is its own tokens at 1 µs each
+        return {"step_seconds": [1e-6 * tokens_per_iter(config, model_config, step)
+                                 for step in range(config.max_iters)]}
+
+    def bare_loop(variant, bench, config, model_config, device):  # the full batch, at the same 1 µs a token
+        seconds = 1e-6 * tokens_per_iter(config, model_config)
+        return SimpleNamespace(variant=variant, model=SimpleNamespace(flops_per_token=lambda n: 1.0),
+                               step=lambda clock: (seconds, 0.0))
+
+    monkeypatch.setattr(train_speed, "train", train)
+    monkeypatch.setattr(train_speed, "BareLoop", bare_loop)
+    monkeypatch.setattr(train_speed, "peak_flops", lambda device, dtype, clock: (1e9, "measured"))
+    config = TrainConfig(dataset=str(char_data), device="cpu", batch_size=8, batch_size_warmup=100,
+                         batch_size_start=1, out_dir=str(char_data.parent / "bench"))
+    header, figures = train_speed.bench_train(BenchConfig(bench_steps=4, warmup_steps=1, rounds=1), config,
+                                              GPTConfig(n_layer=1, n_head=1, n_embd=8, block_size=16))
+    rates = {f["column"]: f["value"] for f in figures if f["table"] == "train.py"}
+    assert rates["bare loop tokens/s"] == pytest.approx(1e6) and rates["train.py tokens/s"] == pytest.approx(1e6)
+    assert rates["overhead"] == pytest.approx(0, abs=1e-9)
+    assert header.endswith(f"; batch-size schedule off (batch_size_warmup=100): every step the full {8 * 16:,} "
+                           "tokens")
