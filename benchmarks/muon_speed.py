@@ -1,7 +1,8 @@
-"""bench.py --what=muon: what Muon's orthogonalisation costs at fewer iterations (--muon_orthogonalize_steps) on the
-config's model, and what it gives up. One Muon step on the blocks' matrices (the optimizer part train.py builds
-for them: torch's Muon for newton_schulz, ours for polar_express) at each of STEPS for both methods, the rows
-taking turns step by step in alternating rounds, each row's time over its method's at 5 steps in the same round;
+"""bench.py --what=muon: what Muon's orthogonalisation costs at fewer iterations (--muon_orthogonalize_steps) and in
+float32 (--muon_orthogonalize_dtype) on the config's model, and what it gives up. One Muon step on the blocks'
+matrices (the optimizer part train.py builds for them: torch's Muon for newton_schulz in bfloat16, ours otherwise)
+at each of STEPS for both methods in bfloat16, and at STEPS[0] in float32, the rows taking turns step by step in
+alternating rounds, each row's time over its method's at 5 steps in bfloat16 in the same round;
 and how far the orthogonalised matrix lands from the exact polar factor U V^T (an SVD in float64), relative to its
 norm, the median over the matrices: for Gaussian matrices of the blocks' shapes, and for the model's gradients on
 a batch of its training data (at initialisation).
@@ -24,16 +25,16 @@ from text.dataset import get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import read_description
 from train import TrainConfig, model_vocab_size
 from training.devices import choose_device
-from training.optimizers import ORTHOGONALIZATIONS, build_optimizer, muon_matrices, orthogonalize
+from training.optimizers import ORTHOGONALIZATIONS, ORTHOGONALIZE_DTYPES, build_optimizer, muon_matrices, orthogonalize
 
 STEPS = (5, 4, 3, 2)  # muon_orthogonalize_steps timed; the first is the one each row is compared with
 
 
-def polar_distance(matrix: torch.Tensor, method: str, group: dict) -> float:
+def polar_distance(matrix: torch.Tensor, method: str, group: dict, dtype: torch.dtype) -> float:
     """||orthogonalize(matrix) - U V^T||_F / ||U V^T||_F, with U S V^T the matrix's SVD in float64."""
     u, _, vh = torch.linalg.svd(matrix.double().cpu(), full_matrices=False)
     exact = u @ vh
-    return ((orthogonalize(matrix, method, group).double().cpu() - exact).norm() / exact.norm()).item()
+    return ((orthogonalize(matrix, method, group, dtype).double().cpu() - exact).norm() / exact.norm()).item()
 
 
 def model_with_gradients(config: TrainConfig, model_config: GPTConfig, device: torch.device) -> GPT:
@@ -60,8 +61,13 @@ def bench_muon(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig)
         config.dataset))), dropout=0.0)
     model = model_with_gradients(config, model_config, device)
     gradients = [p.grad for p in muon_matrices(model)]
-    rows = {f"{method}, {steps} steps": replace(config, muon_orthogonalize=method, muon_orthogonalize_steps=steps)
+    rows = {f"{method}, {steps} steps": replace(config, muon_orthogonalize=method, muon_orthogonalize_steps=steps,
+                                                muon_orthogonalize_dtype="bfloat16")
             for method in ORTHOGONALIZATIONS for steps in STEPS}
+    rows |= {f"{method}, {STEPS[0]} steps, float32": replace(config, muon_orthogonalize=method,
+                                                             muon_orthogonalize_steps=STEPS[0],
+                                                             muon_orthogonalize_dtype="float32")
+             for method in ORTHOGONALIZATIONS}
     muons = {}
     for row, row_config in rows.items():
         copied = copy.deepcopy(model)  # each row steps its own weights (a copy holds no gradients: given here)
@@ -82,8 +88,8 @@ def bench_muon(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig)
         rounds.append({row: statistics.median(t) for row, t in times.items()})
     g = torch.Generator().manual_seed(config.seed)
     gaussian = [torch.randn(p.shape, generator=g).to(device) for p in gradients]
-    table = (f"Muon step (vs {STEPS[0]} steps: time over its method's at {STEPS[0]}; from U V^T: relative, median "
-             "over the matrices)")
+    table = (f"Muon step (vs {STEPS[0]} steps: time over its method's at {STEPS[0]} in bfloat16; from U V^T: relative, "
+             "median over the matrices)")
     figures = []
     for row, row_config in rows.items():
         base = f"{row_config.muon_orthogonalize}, {STEPS[0]} steps"
@@ -93,7 +99,9 @@ def bench_muon(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig)
             figure(table, row, f"vs {STEPS[0]} steps",
                    statistics.median(times[row] / times[base] for times in rounds), "x"),
             *(figure(table, row, f"from U V^T, {name}", statistics.median(
-                polar_distance(m, row_config.muon_orthogonalize, group) for m in matrices), "relative")
+                polar_distance(m, row_config.muon_orthogonalize, group,
+                               ORTHOGONALIZE_DTYPES[row_config.muon_orthogonalize_dtype]) for m in matrices),
+                "relative")
               for name, matrices in (("Gaussian", gaussian), ("gradients", gradients)))]
     shapes = ", ".join(dict.fromkeys("x".join(map(str, p.shape)) for p in gradients))
     return (f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, clock {bench.clock}; "

@@ -23,7 +23,9 @@ def test_every_method_and_step_count_gets_a_row_of_positive_finite_figures(char_
     result = bench.measure_once(settings, config, model_config)  # as bench.py --what=muon --repeats=1 runs it
     figures = result["figures"]
     rows = list(dict.fromkeys(f["row"] for f in figures))
-    assert rows == [f"{method}, {n} steps" for method in ("newton_schulz", "polar_express") for n in (5, 4, 3, 2)]
+    methods = ("newton_schulz", "polar_express")
+    assert rows == [f"{method}, {n} steps" for method in methods for n in (5, 4, 3, 2)] + [
+        f"{method}, 5 steps, float32" for method in methods]
     columns = ["a step", "vs 5 steps", "from U V^T, Gaussian", "from U V^T, gradients"]
     assert [f["column"] for f in figures] == columns * len(rows)
     assert all(math.isfinite(f["value"]) and f["value"] > 0 for f in figures)
@@ -32,6 +34,8 @@ def test_every_method_and_step_count_gets_a_row_of_positive_finite_figures(char_
     for column in columns[2:]:  # Polar Express cut short lands farther from U V^T, one iteration less at a time
         distances = [cells[(f"polar_express, {steps} steps", column)] for steps in (5, 4, 3, 2)]
         assert all(a < b for a, b in itertools.pairwise(distances)), (column, distances)
+        for method in methods:  # float32 lands nearer U V^T than bfloat16 at the same iterations, and is not equal
+            assert cells[(f"{method}, 5 steps, float32", column)] != cells[(f"{method}, 5 steps", column)]
     assert "4 matrices (48x16, 16x16, 64x16, 16x64)" in result["header"]
     assert "2 alternating rounds of 1 steps" in result["header"]
 
@@ -45,9 +49,10 @@ def test_the_distance_is_from_the_polar_factor_of_a_matrix_built_from_its_factor
     matrix = (q * torch.linspace(0.1, 2.0, 16, dtype=torch.float64)) @ w.T
     group = dict(ns_coefficients=(3.4445, -4.7750, 2.0315), ns_steps=3, eps=1e-7)
     for method in ("newton_schulz", "polar_express"):
-        expected = (orthogonalize(matrix.float(), method, group).double() - q @ w.T).norm().item() / 4
-        assert polar_distance(matrix.float(), method, group) == pytest.approx(expected, rel=1e-6), method
-        assert 0.01 < expected < 1
+        for dtype in (torch.bfloat16, torch.float32):
+            expected = (orthogonalize(matrix.float(), method, group, dtype).double() - q @ w.T).norm().item() / 4
+            assert polar_distance(matrix.float(), method, group, dtype) == pytest.approx(expected, rel=1e-6), method
+            assert 0.01 < expected < 1
 
 
 def test_an_adamw_config_is_refused():

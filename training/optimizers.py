@@ -11,7 +11,8 @@ The speedruns' newer Muon pieces are options, off by default (torch's Muon then 
 Polar Express's per-iteration coefficients in place of Newton-Schulz's fixed ones, NorMuon's per-neuron
 normalisation, cautious weight decay (MuonVariants, our own Muon step, used when one of them is on), and a momentum
 warmup (muon_momentum_at, under either step). muon_orthogonalize_steps sets the iterations of either step (torch's
-ns_steps; 5, the default, is today's step).
+ns_steps; 5, the default, is today's step), muon_orthogonalize_dtype the dtype its matrix products take (torch's
+bfloat16, the default; float32 for a CPU without bfloat16 arithmetic, where bfloat16 products are emulated).
 """
 
 import math
@@ -25,6 +26,7 @@ from model import GPT
 
 OPTIMIZERS = ("adamw", "muon")
 ORTHOGONALIZATIONS = ("newton_schulz", "polar_express")
+ORTHOGONALIZE_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}  # the first is torch's Muon's
 MUON_OPTIONS = ("normuon", "cautious_weight_decay")  # Muon's settings not named muon_*
 MUON_TORCH = "2.9"  # torch.optim.Muon arrived in torch 2.9 (pytorch/pytorch#160213, merged August 2025)
 # Keller Jordan's scaling, the one his Muon and modded-nanogpt use with a rate of 0.02: the step is multiplied by
@@ -45,6 +47,7 @@ class OptimizerSettings(typing.Protocol):
     muon_momentum: float
     muon_orthogonalize: str  # one of ORTHOGONALIZATIONS
     muon_orthogonalize_steps: int  # its iterations: torch's ns_steps; polar_express's first N coefficient triples
+    muon_orthogonalize_dtype: str  # a key of ORTHOGONALIZE_DTYPES: the dtype of its matrix products
     normuon: bool
     cautious_weight_decay: bool
     muon_momentum_warmup: int  # steps
@@ -72,6 +75,9 @@ def check_optimizer_settings(config: OptimizerSettings) -> None:
     if config.muon_orthogonalize_steps < 1:
         raise ValueError(f"muon_orthogonalize_steps={config.muon_orthogonalize_steps} must be >= 1 (the "
                          f"orthogonalisation's iterations; Keller Jordan's Muon: {NS_STEPS})")
+    if config.muon_orthogonalize_dtype not in ORTHOGONALIZE_DTYPES:
+        raise ValueError(f"muon_orthogonalize_dtype={config.muon_orthogonalize_dtype!r} must be one of "
+                         f"{', '.join(ORTHOGONALIZE_DTYPES)}")
     if config.muon_orthogonalize == "polar_express" and \
             config.muon_orthogonalize_steps > len(POLAR_EXPRESS_COEFFICIENTS):
         raise ValueError(f"muon_orthogonalize_steps={config.muon_orthogonalize_steps} is more than the "
@@ -147,12 +153,14 @@ NORMUON_BETA2 = 0.95  # NorMuon's second-moment decay (Li et al. 2025's default;
 NORMUON_EPS = 1e-8
 
 
-def orthogonalize(update: torch.Tensor, method: str, group: dict) -> torch.Tensor:
-    """The update's nearest semi-orthogonal matrix, approximately, in bfloat16 as torch computes it: normalised, then
-    X <- aX + (bA + cA^2)X with A = X X^T, the wide way round. newton_schulz is torch.optim.Muon's
+def orthogonalize(update: torch.Tensor, method: str, group: dict, dtype: torch.dtype = torch.bfloat16
+                  ) -> torch.Tensor:
+    """The update's nearest semi-orthogonal matrix, approximately, in dtype (bfloat16: as torch computes it):
+    normalised, then X <- aX + (bA + cA^2)X with A = X X^T, the wide way round. newton_schulz is torch.optim.Muon's
     _zeropower_via_newtonschulz op for op (group's ns_coefficients, ns_steps times, X / max(||X||_F, eps)), so that
-    this step equals torch's; polar_express takes each iteration's own coefficients, the first ns_steps of them."""
-    x = update.bfloat16()
+    this step in bfloat16 equals torch's; polar_express takes each iteration's own coefficients, the first ns_steps
+    of them."""
+    x = update.to(dtype)
     tall = update.size(0) > update.size(1)
     x = x.T if tall else x
     if method == "polar_express":
@@ -185,19 +193,22 @@ class MuonVariants(torch.optim.Optimizer):
     after it, a mask on its decay): torch's update op for op otherwise, with its group settings and its
     momentum_buffer, so that the default path stays torch's own and a checkpoint of one resumes in the other.
 
-    orthogonalization: one of ORTHOGONALIZATIONS, ns_steps iterations of it (the group's, as torch's). normuon:
+    orthogonalization: one of ORTHOGONALIZATIONS, ns_steps iterations of it (the group's, as torch's), its products
+    in orthogonalize_dtype (torch's: bfloat16). normuon:
     normuon_normalize after it. cautious_weight_decay: decay a weight only where it and the update agree in sign
     (Chen, Li, Liang, Su, Xie, Pierse, Liang, Lao and Liu 2025, "Cautious Weight Decay", arXiv:2510.12402:
     x <- x - lr (u + wd I(u x >= 0) x); nanochat and modded-nanogpt): there both move it towards zero, and decay
     elsewhere would pull against the step."""
 
     def __init__(self, params: list[nn.Parameter], *, lr: float, weight_decay: float, momentum: float,
-                 orthogonalization: str, normuon: bool, cautious_weight_decay: bool, ns_steps: int = NS_STEPS) -> None:
+                 orthogonalization: str, normuon: bool, cautious_weight_decay: bool, ns_steps: int = NS_STEPS,
+                 orthogonalize_dtype: torch.dtype = torch.bfloat16) -> None:
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=True,
                                       ns_coefficients=NS_COEFFICIENTS, eps=NS_EPS, ns_steps=ns_steps,
                                       adjust_lr_fn=MUON_LR_ADJUSTMENT))
         self.orthogonalization, self.normuon, self.cautious_weight_decay = (orthogonalization, normuon,
                                                                            cautious_weight_decay)
+        self.orthogonalize_dtype = orthogonalize_dtype
 
     @torch.no_grad()
     def step(self) -> None:
@@ -211,7 +222,8 @@ class MuonVariants(torch.optim.Optimizer):
                     state["momentum_buffer"] = torch.zeros_like(param.grad, memory_format=torch.preserve_format)
                 buffer = state["momentum_buffer"]
                 buffer.lerp_(param.grad, 1 - momentum)
-                update = orthogonalize(param.grad.lerp(buffer, momentum), self.orthogonalization, group)  # Nesterov
+                update = orthogonalize(param.grad.lerp(buffer, momentum), self.orthogonalization, group,  # Nesterov
+                                       self.orthogonalize_dtype)
                 if self.normuon:
                     if "normuon_second_moment" not in state:
                         state["normuon_second_moment"] = torch.zeros(param.shape[0], 1, dtype=torch.float32,
@@ -266,7 +278,8 @@ def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> 
                                        params=[p for p in model.parameters() if id(p) not in taken],
                                        head_learning_rate=config.head_learning_rate)
     momentum = muon_momentum_at(0, config)
-    if config.muon_orthogonalize == "newton_schulz" and not config.normuon and not config.cautious_weight_decay:
+    if config.muon_orthogonalize == "newton_schulz" and not config.normuon and not config.cautious_weight_decay \
+            and config.muon_orthogonalize_dtype == "bfloat16":
         muon = torch.optim.Muon(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
                                 momentum=momentum, ns_steps=config.muon_orthogonalize_steps,
                                 adjust_lr_fn=MUON_LR_ADJUSTMENT)
@@ -274,7 +287,8 @@ def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> 
         muon = MuonVariants(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
                             momentum=momentum, orthogonalization=config.muon_orthogonalize, normuon=config.normuon,
                             cautious_weight_decay=config.cautious_weight_decay,
-                            ns_steps=config.muon_orthogonalize_steps)
+                            ns_steps=config.muon_orthogonalize_steps,
+                            orthogonalize_dtype=ORTHOGONALIZE_DTYPES[config.muon_orthogonalize_dtype])
     return MuonAdamW(muon, adamw)
 
 
