@@ -717,10 +717,23 @@ class GPT(nn.Module):
         """Training FLOPs (forward + backward) per token at context seq_len, as in the PaLM appendix: 6 per
         parameter, and per layer 6 per width of the scores' product (queries by keys) and of the values' (scores
         by values) at each of seq_len positions. PaLM's 12 n_layer n_embd seq_len where the keys are as wide as the
-        values; PoPE's keys (and queries) are twice as wide (key_width), so its scores cost twice theirs."""
+        values; PoPE's keys (and queries) are twice as wide (key_width), so its scores cost twice theirs.
+
+        Plus the encoding's own products (extra_flops_per_token), its parameters being outside get_num_params:
+        CoPE 6 n_layer n_embd cope_positions (each query against every row of its layer's table), FoX 6 n_layer
+        n_head (n_embd + 1) (the forget gates' projection). Not counted, as PaLM counts no softmax: work of the
+        size of the scores that is not a product (CoPE's gates, their sums and the interpolation; FoX's running
+        sums and their differences; a score bias's gather and sum), and the biases computed once per forward pass
+        for the whole batch, whose share of a token depends on the batch's sequences (B), which this count does not
+        know: the dynamic bias's MLP at seq_len distances, 6/B times its multiply-adds at one distance a token
+        (width n_embd/4, depth 2: about 1/(192 n_layer B) of the rest), and FIRE's in every layer at every pair of
+        positions, 6 n_layer seq_len fire_width (n_head + 1) / B. For the baby model (config/baby_cpu.py: B = 12,
+        seq_len 64) they are 0.01% and 0.4% of this count."""
         n_params = self.get_num_params(non_embedding=True)
-        scores = self.config.n_head * self.input_layer.encoding.key_width()
-        return 6 * n_params + 6 * self.config.n_layer * (scores + self.config.n_embd) * seq_len
+        encoding = self.input_layer.encoding
+        scores = self.config.n_head * encoding.key_width()
+        attention = 6 * self.config.n_layer * (scores + self.config.n_embd) * seq_len
+        return 6 * n_params + attention + encoding.extra_flops_per_token()
 
 
 def has_fused_adamw(device_type: str) -> bool:

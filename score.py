@@ -16,22 +16,24 @@ Bits per byte divide the same information by the UTF-8 bytes the scored tokens s
 tokenizers ("my model against GPT-2 on my text").
 
 The text streams through: read --chunk_bytes at a time, cut only where its pieces tokenize as the whole text does,
-and scored as its tokens arrive, so memory holds a few chunks and a batch of pieces whatever the text's length. A
+and scored as its tokens arrive, so memory holds a few chunks and a batch of pieces whatever the text's length. It
+is read twice: once to refuse, before any scoring, a text that is not UTF-8 or holds characters a char model
+lacks (standard input, which can be read only once, is kept in a temporary file meanwhile), then to score it. A
 bar of the bytes read shows on stderr when it is a terminal (--progress=False: none).
 """
 
 import codecs
 import contextlib
-import itertools
 import json
 import math
 import signal
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import numpy as np
 import torch
@@ -105,13 +107,18 @@ def input_size(name: str) -> int:
     return size
 
 
-def input_blocks(inputs: list[str], chunk_bytes: int, bar: tqdm) -> Iterator[bytes]:
+def input_source(name: str) -> str:
+    """An input as the messages name it."""
+    return "standard input" if name == "-" else f"--input {name!r}"
+
+
+def input_blocks(inputs: list[str], chunk_bytes: int, bar: tqdm, say_line_ends: bool) -> Iterator[bytes]:
     """The bytes of the inputs one after the other ('-': standard input), about chunk_bytes at a time, each file's
     line ends read as the preparers read a text (Python's text mode): \r\n and a lone \r are \n, said once per
-    file on stderr. A \r at a block's end waits for the next block's first byte; 0x0D is a carriage return
-    wherever it is in UTF-8."""
+    file on stderr when say_line_ends (the first of the two reads). A \r at a block's end waits for the next
+    block's first byte; 0x0D is a carriage return wherever it is in UTF-8."""
     for name in inputs:
-        source = "standard input" if name == "-" else f"--input {name!r}"
+        source = input_source(name)
         held, carriage_returns = b"", 0
         for block in file_blocks(name, source, chunk_bytes, bar):
             carriage_returns += block.count(b"\r")
@@ -121,7 +128,7 @@ def input_blocks(inputs: list[str], chunk_bytes: int, bar: tqdm) -> Iterator[byt
                 yield block
         if held:
             yield b"\n"
-        if carriage_returns:
+        if carriage_returns and say_line_ends:
             print(f"note: {source} holds {carriage_returns:,} carriage returns (Windows line ends): read as "
                   "newlines, as prepare.py reads a text", file=sys.stderr)
 
@@ -165,19 +172,51 @@ def text_pieces(blocks: Iterable[bytes], chunk_bytes: int, any_character: bool) 
         yield pending.decode("utf-8")
 
 
-def known_pieces(pieces: Iterator[str], tokenizer: Tokenizer) -> Iterator[str]:
-    """The pieces, refused where the text holds characters the model's vocabulary lacks (dropping them would score
-    another text): from the first piece with one, the rest is read, not scored, to name them all and count them."""
-    for piece in pieces:
-        if dropped_characters(piece, tokenizer):
-            counts: Counter[str] = Counter()
-            for rest in itertools.chain([piece], pieces):
-                counts.update({c: rest.count(c) for c in dropped_characters(rest, tokenizer)})
+@contextlib.contextmanager
+def checked_inputs(inputs: list[str], chunk_bytes: int, tokenizer: Tokenizer) -> Iterator[list[str]]:
+    """The files to score, the text read through once before any scoring: one that is not UTF-8 (file_blocks)
+    or holds characters the model's vocabulary lacks is refused then, not after the pieces before the fault are
+    scored (dropping the characters would score another text). Standard input, which can be read only once, is
+    kept meanwhile in a temporary file (as read: its line ends already newlines), which the files name in its
+    place; memory holds a chunk."""
+    counts: Counter[str] = Counter()
+    first = ""  # where the first unknown character is: its input, line and column
+    with tempfile.TemporaryDirectory(prefix="score-") as spool_dir:
+        files = []
+        for i, name in enumerate(inputs):
+            files.append(name if name != "-" else str(Path(spool_dir) / f"stdin{i}.txt"))
+            # line: 1-based; column: the characters of that line read so far
+            decoder, line, column = codecs.getincrementaldecoder("utf-8")(), 1, 0
+            with open(files[-1], "wb") if name == "-" else contextlib.nullcontext() as spool:
+                for block in input_blocks([name], chunk_bytes, tqdm(disable=True), say_line_ends=True):
+                    if spool:
+                        keep(spool, block)
+                    text = decoder.decode(block)  # a block may end inside a character
+                    if missing := dropped_characters(text, tokenizer):
+                        counts.update({c: text.count(c) for c in missing})
+                        if not first:
+                            at = min(text.index(c) for c in missing)
+                            newlines = text.count("\n", 0, at)  # none: its line began in an earlier block
+                            at_column = at - text.rfind("\n", 0, at) + (0 if newlines else column)
+                            first = f"{input_source(name)}, line {line + newlines}, column {at_column}"
+                    line += text.count("\n")
+                    column = len(text) - text.rfind("\n") - 1 if "\n" in text else column + len(text)
+        if counts:
             raise UserError(f"the text holds {''.join(sorted(counts))!r}, {sum(counts.values()):,} character(s) in "
-                            f"all, which the model's {tokenizer.vocab_size}-character vocabulary does not have; "
-                            "dropping them would change the score, so nothing is scored: remove or replace them in "
-                            "the text, or score a model trained on data with them")
-        yield piece
+                            f"all, the first at {first}, which the model's {tokenizer.vocab_size}-character "
+                            "vocabulary does not have; dropping them would change the score, so nothing is scored: "
+                            "remove or replace them in the text, or score a model trained on data with them")
+        yield files
+
+
+def keep(spool: BinaryIO, block: bytes) -> None:
+    """A block of standard input written to its temporary file; a full disk there is one line."""
+    try:
+        spool.write(block)
+    except OSError as e:
+        raise UserError(f"standard input cannot be kept in a temporary file in {Path(spool.name).parent.parent} "
+                        f"while it is checked: {e.strerror or e}; set TMPDIR to a folder with room, or give the "
+                        "text as a file (--input=FILE)") from None
 
 
 def next_pieces(position: tuple[int, int, int], known: int, final: bool, length: int, window: int,
@@ -305,12 +344,13 @@ def score_text(config: ScoreConfig, poll: Callable[[], None]) -> dict:
                                             encoding_of(model.config).max_length())
     losses_of, byte_counts = model_losses(model, device, dtype), token_byte_counts(tokenizer)
     nats, tokens, scored_bytes = 0.0, 0, 0
-    with tqdm(total=None if None in sizes else sum(sizes), unit="B", unit_scale=True, unit_divisor=1024,
-              desc="scoring", disable=not (config.progress and sys.stderr.isatty())) as bar, \
+    with checked_inputs(config.input, config.chunk_bytes, tokenizer) as files, \
+            tqdm(total=None if None in sizes else sum(sizes), unit="B", unit_scale=True, unit_divisor=1024,
+                 desc="scoring", disable=not (config.progress and sys.stderr.isatty())) as bar, \
             per_token_file(config.per_token) as per_token:
-        pieces = text_pieces(input_blocks(config.input, config.chunk_bytes, bar), config.chunk_bytes,
+        pieces = text_pieces(input_blocks(files, config.chunk_bytes, bar, say_line_ends=False), config.chunk_bytes,
                              isinstance(tokenizer, CharTokenizer))
-        chunks = (np.asarray(tokenizer.encode(piece), dtype=np.int64) for piece in known_pieces(pieces, tokenizer))
+        chunks = (np.asarray(tokenizer.encode(piece), dtype=np.int64) for piece in pieces)
         for held, first, batch in scored_batches(chunks, length, window, stride, config.batch_size):
             poll()
             targets, losses = piece_losses(losses_of, torch.from_numpy(held), batch - [first, 0, 0])

@@ -134,6 +134,14 @@ class PositionEncoding:
         keys: head_dim."""
         return self.config.n_embd // self.config.n_head
 
+    def extra_flops_per_token(self) -> int:
+        """Training FLOPs a token spends in this encoding's own products, in GPT.flops_per_token's convention (6
+        per multiply-add: 2 forward, 4 backward), beside those flops_per_token counts already (the blocks'
+        parameters, the scores and values of attention; the encoding's parameters are not among them): 0. Products
+        run once per forward pass whatever its batch and elementwise work (gates, sums, gathers, the softmax's
+        kin) are not counted (flops_per_token says why)."""
+        return 0
+
     def contextual(self, held: nn.Module) -> torch.Tensor | None:
         """CoPE's position embeddings (n_layer, head_dim, positions), which attention reads with the scores
         (cope_scores); None: attention is SDPA's."""
@@ -611,6 +619,12 @@ class Cope(PositionEncoding):
     def reset_parameters(self, held: nn.Module) -> None:
         nn.init.zeros_(held.cope_table)  # as the paper's code: every position starts with no effect
 
+    def extra_flops_per_token(self) -> int:
+        """cope_scores' q @ table: each query of each head against each of the table's rows, head_dim wide, in
+        every layer: n_layer n_embd cope_positions multiply-adds, whatever the sequence's length."""
+        c = self.config
+        return 6 * c.n_layer * c.n_embd * self.derived_settings(c)["cope_positions"]
+
     def contextual(self, held: nn.Module) -> torch.Tensor:
         return held.cope_table
 
@@ -691,6 +705,12 @@ class Fox(PositionEncoding):
 
     def forget_gates(self, held: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         return held.fox_weight, held.fox_bias
+
+    def extra_flops_per_token(self) -> int:
+        """The gates' projection w . x_t + b of every token, in each layer and head: 6 per parameter, as
+        flops_per_token counts a Linear's."""
+        c = self.config
+        return 6 * c.n_layer * c.n_head * (c.n_embd + 1)
 
 
 def log_forget_gates(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

@@ -327,11 +327,13 @@ def test_gpt2_124m_parameter_counts():
 
 
 @pytest.mark.parametrize("pos_encoding, tie_head", [("learned", True), ("rope", False), ("pope", True),
-                                                     ("pope", False), ("alibi", False)])
+                                                     ("pope", False), ("alibi", False), ("cope", True), ("fox", True),
+                                                     ("dynamic_bias", True)])
 def test_flops_per_token_counts_each_product_of_the_shapes(pos_encoding, tie_head):
     """Was: PoPE's queries and keys, twice head_dim wide, had their scores counted at head_dim (its attention a
-    third low), and an untied head counted the token table, only looked up, as a product. Counted here from the
-    shapes (PaLM's 6 per parameter, biases and gains too, and 3 x 2 per width of each attention product and
+    third low), and an untied head counted the token table, only looked up, as a product; CoPE's queries against
+    its tables and FoX's gate projections, their parameters outside get_num_params, were not counted. Counted here
+    from the shapes (PaLM's 6 per parameter, biases and gains too, and 3 x 2 per width of each attention product and
     position, as for a full, not causal, window); and where torch's FlopCounterMode sees attention (an explicit
     mask or PoPE's polar keys; not rope's fused causal kernel), from its count of a forward pass, times 3."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -343,12 +345,29 @@ def test_flops_per_token_counts_each_product_of_the_shapes(pos_encoding, tie_hea
     vectors = L * (2 * 2 * C + 3 * C + C + 4 * C + C) + 2 * C  # biases and LayerNorms, and ln_f
     key = 2 * C if pos_encoding == "pope" else C  # PoPE: each component a complex number, two reals
     attention = L * 2 * T * (key + C)  # forward: scores (queries by keys), then scores by values
+    if pos_encoding == "cope":  # forward: each head's query by each of the T + 1 rows (head_dim) of its layer's table
+        attention += L * 2 * H * (C // H) * (T + 1)
+    if pos_encoding == "fox":  # each layer's gates: a product by (n_head, n_embd), and a bias per head
+        matrices, vectors = matrices + L * H * C, vectors + L * H
     assert model.flops_per_token(T) == 6 * (matrices + vectors) + 3 * attention
-    if pos_encoding in ("pope", "alibi"):
+    if pos_encoding in ("pope", "alibi", "cope", "fox", "dynamic_bias"):
         ids = torch.randint(0, V, (2, T))
         with FlopCounterMode(display=False) as counter:
             model(ids, ids)
-        assert model.flops_per_token(T) == 3 * counter.get_total_flops() / ids.numel() + 6 * vectors
+        # dynamic_bias's MLP (width C/4, one hidden layer, its first Linear from a scalar elementwise) runs once per
+        # forward pass at the T distances for both sequences: counter sees it, flops_per_token leaves it out
+        mlp = 2 * T * (C // 4 * C // 4 + C // 4 * H) / ids.numel() if pos_encoding == "dynamic_bias" else 0
+        assert model.flops_per_token(T) == 3 * (counter.get_total_flops() / ids.numel() - mlp) + 6 * vectors
+
+
+@pytest.mark.parametrize("pos_encoding", sorted(set(P.POS_ENCODINGS) - {"cope", "fox"}))
+def test_flops_per_token_of_the_other_encodings_is_as_it_was(pos_encoding):
+    """Every encoding without products of its own keeps the count it had before CoPE's and FoX's were added:
+    6 per non-embedding parameter and 6 per width of the two attention products at each position, per layer."""
+    L, H, C, T = 4, 4, 64, 32  # 4 layers: layer_rope's default nope_every
+    model = GPT(GPTConfig(block_size=T, vocab_size=65, n_layer=L, n_head=H, n_embd=C, pos_encoding=pos_encoding))
+    key = model.input_layer.encoding.key_width()
+    assert model.flops_per_token(T) == 6 * model.get_num_params(non_embedding=True) + 6 * L * (H * key + C) * T
 
 
 def test_initialisation_statistics():

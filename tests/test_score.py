@@ -1,6 +1,7 @@
 """score.py against the study's own evaluation of the same model on the same split, bits per byte counted by hand
 from the text's bytes, and HF transformers' loss of GPT-2 weights on the same tokens."""
 
+import errno
 import io
 import json
 import math
@@ -16,7 +17,7 @@ from helpers import REPO
 
 import score
 from errors import OptionError, UserError, main_guard
-from model import GPTConfig
+from model import GPT, GPTConfig
 from sample import load_model
 from study.config import AblateConfig
 from study.evaluation import evaluate_model, forward_pieces, model_losses, token_losses
@@ -224,8 +225,8 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
     (b"ab\xe2\x80x", ["--chunk_bytes=3"], "is not UTF-8 text: byte 0xe2 at offset 2"),  # begun in the block before
     (b"a text\xe2\x80", ["--chunk_bytes=2"], "is not UTF-8 text: byte 0xe2 at offset 6"),  # cut short at the end
     (b"a text", ["--chunk_bytes=0"], "chunk_bytes=0 must be at least 1"),
-    ("a \u2603 text \u265e\u2603".encode(), [], "the text holds '\u2603\u265e', 3 character(s) in all, which the "
-                                                "model's"),
+    ("a \u2603 text \u265e\u2603".encode(), [], "the text holds '\u2603\u265e', 3 character(s) in all, the first "
+                                                "at --input "),
     (("a text " * 40 + "\u2603 " * 9 + "a text " * 40 + "\u2603").encode(), ["--chunk_bytes=16"],
      "the text holds '\u2603', 10 character(s) in all"),  # in late chunks, all counted
     (b"a text", ["--protocol=nonoverlapping", "--length=64"], "length=64 is more positions than this model's "
@@ -244,6 +245,63 @@ def test_bad_input_is_one_line(run_dir, tmp_path, capsys, content, flags, messag
     code, err = cli([f"--out_dir={run_dir}", f"--input={tmp_path / 't.txt'}", "--device=cpu", *flags], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0], err
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+def test_an_unknown_character_late_in_the_text_is_refused_before_any_forward(run_dir, corpus_text, tmp_path, capsys,
+                                                                               monkeypatch, stdin):
+    """Was: the chunks before the one holding it were scored first (compute spent, then exit 2). The first one
+    sits in the 313th of 8-byte chunks, in a line begun in an earlier chunk; its line and column are counted here
+    from the text."""
+    head = corpus_text[:2500]
+    text = head + "\u2603" + corpus_text[2500:3000] + "\u265e\n"
+    line, column = head.count("\n") + 1, len(head) - head.rfind("\n")
+    assert len(head.encode()) == 2500 and column > 8 and not {"\u2603", "\u265e"} & set(corpus_text)
+    (tmp_path / "t.txt").write_text(text, encoding="utf-8")
+    forwards, forward = [], GPT.forward
+    monkeypatch.setattr(GPT, "forward", lambda *args, **kwargs: forwards.append(1) or forward(*args, **kwargs))
+    if stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    source = "standard input" if stdin else f"--input {str(tmp_path / 't.txt')!r}"
+    code, err = cli([f"--out_dir={run_dir}", f"--input={'-' if stdin else tmp_path / 't.txt'}", "--device=cpu",
+                     "--chunk_bytes=8", "--window=8", "--stride=1"], capsys)
+    assert code == 2 and not forwards, err
+    assert err.splitlines() == [f"error: the text holds '\u2603\u265e', 2 character(s) in all, the first at {source}, "
+                                f"line {line}, column {column}, which the model's {len(set(corpus_text))}-character "
+                                "vocabulary does not have; dropping them would change the score, so nothing is "
+                                "scored: remove or replace them in the text, or score a model trained on data with "
+                                "them"]
+
+
+def test_standard_input_scores_as_the_file_does(run_dir, corpus_text, tmp_path, monkeypatch):
+    """Standard input is read twice (checked, then scored) through a temporary file: the same numbers, the same
+    rows as the file's, its Windows line ends newlines both times, and the temporary file gone after."""
+    text = corpus_text[:3000]
+    (tmp_path / "t.txt").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.replace("\n", "\r\n").encode())))
+    monkeypatch.setattr(score.tempfile, "tempdir", str(tmp_path / "spool"))
+    (tmp_path / "spool").mkdir()
+    settings = dict(out_dir=str(run_dir), device="cpu", chunk_bytes=256)
+    results = [score.score(score.ScoreConfig(**settings, input=[name], per_token=str(tmp_path / f"{i}.jsonl")))
+               for i, name in enumerate((str(tmp_path / "t.txt"), "-"))]
+    assert results[0] == results[1] and results[0]["tokens"] == len(text) - 1
+    assert (tmp_path / "0.jsonl").read_text() == (tmp_path / "1.jsonl").read_text()
+    assert not list((tmp_path / "spool").iterdir())
+
+
+def test_a_full_disk_under_standard_inputs_temporary_file_is_one_line(run_dir, tmp_path, capsys, monkeypatch):
+    class FullDisk(io.BytesIO):
+        name = str(tmp_path / "score-x" / "stdin0.txt")
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a text to score")))
+    monkeypatch.setattr(score, "open", lambda *args: FullDisk(), raising=False)
+    code, err = cli([f"--out_dir={run_dir}", "--input=-", "--device=cpu"], capsys)
+    assert code == 2 and err.splitlines() == [
+        f"error: standard input cannot be kept in a temporary file in {tmp_path} while it is checked: No space left "
+        "on device; set TMPDIR to a folder with room, or give the text as a file (--input=FILE)"], err
 
 
 def test_no_input_or_a_text_of_one_token_is_refused(run_dir, tmp_path):
