@@ -116,6 +116,7 @@ class TrainConfig:
     muon_orthogonalize: str = "newton_schulz"  # optimizer=muon: newton_schulz (torch's Muon) | polar_express (2025)
     muon_orthogonalize_steps: int = 5  # optimizer=muon: its iterations (torch's ns_steps; polar_express: at most 5)
     muon_orthogonalize_dtype: str = "bfloat16"  # optimizer=muon: its products' dtype, bfloat16 (torch's) | float32
+    muon_orthogonalize_scaling: str = "frobenius"  # optimizer=muon: its input's scaling, frobenius (torch's) | aol
     normuon: bool = False  # optimizer=muon: NorMuon, each neuron's orthogonalised update normalised (Li et al. 2025)
     cautious_weight_decay: bool = False  # optimizer=muon: decay Muon's weights only where the update's sign is theirs
     ema_decay: float = 0.0  # > 0: an EMA of the weights from ema_start on, evaluated and saved as the model at the end

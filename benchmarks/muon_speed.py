@@ -1,8 +1,9 @@
-"""bench.py --what=muon: what Muon's orthogonalisation costs at fewer iterations (--muon_orthogonalize_steps) and in
-float32 (--muon_orthogonalize_dtype) on the config's model, and what it gives up. One Muon step on the blocks'
-matrices (the optimizer part train.py builds for them: torch's Muon for newton_schulz in bfloat16, ours otherwise)
-at each of STEPS for both methods in bfloat16, and at STEPS[0] in float32, the rows taking turns step by step in
-alternating rounds, each row's time over its method's at 5 steps in bfloat16 in the same round;
+"""bench.py --what=muon: what Muon's orthogonalisation costs at fewer iterations (--muon_orthogonalize_steps), in
+float32 (--muon_orthogonalize_dtype) and under AOL's scaling (--muon_orthogonalize_scaling) on the config's model,
+and what it gives up. One Muon step on the blocks' matrices (the optimizer part train.py builds for them: torch's
+Muon for newton_schulz in bfloat16, ours otherwise) at each of STEPS for both methods in bfloat16, scaled by the
+Frobenius norm and by AOL, and at STEPS[0] in float32, the rows taking turns step by step in alternating rounds,
+each row's time over its method's at 5 steps in bfloat16 (Frobenius) in the same round;
 and how far the orthogonalised matrix lands from the exact polar factor U V^T (an SVD in float64), relative to its
 norm, the median over the matrices: for Gaussian matrices of the blocks' shapes, and for the model's gradients on
 a batch of its training data (at initialisation).
@@ -30,11 +31,12 @@ from training.optimizers import ORTHOGONALIZATIONS, ORTHOGONALIZE_DTYPES, build_
 STEPS = (5, 4, 3, 2)  # muon_orthogonalize_steps timed; the first is the one each row is compared with
 
 
-def polar_distance(matrix: torch.Tensor, method: str, group: dict, dtype: torch.dtype) -> float:
+def polar_distance(matrix: torch.Tensor, method: str, group: dict, dtype: torch.dtype, scaling: str = "frobenius"
+                   ) -> float:
     """||orthogonalize(matrix) - U V^T||_F / ||U V^T||_F, with U S V^T the matrix's SVD in float64."""
     u, _, vh = torch.linalg.svd(matrix.double().cpu(), full_matrices=False)
     exact = u @ vh
-    return ((orthogonalize(matrix, method, group, dtype).double().cpu() - exact).norm() / exact.norm()).item()
+    return ((orthogonalize(matrix, method, group, dtype, scaling).double().cpu() - exact).norm() / exact.norm()).item()
 
 
 def model_with_gradients(config: TrainConfig, model_config: GPTConfig, device: torch.device) -> GPT:
@@ -62,11 +64,18 @@ def bench_muon(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig)
     model = model_with_gradients(config, model_config, device)
     gradients = [p.grad for p in muon_matrices(model)]
     rows = {f"{method}, {steps} steps": replace(config, muon_orthogonalize=method, muon_orthogonalize_steps=steps,
-                                                muon_orthogonalize_dtype="bfloat16")
+                                                muon_orthogonalize_dtype="bfloat16",
+                                                muon_orthogonalize_scaling="frobenius")
             for method in ORTHOGONALIZATIONS for steps in STEPS}
+    rows |= {f"{method}, {steps} steps, aol": replace(config, muon_orthogonalize=method,
+                                                      muon_orthogonalize_steps=steps,
+                                                      muon_orthogonalize_dtype="bfloat16",
+                                                      muon_orthogonalize_scaling="aol")
+             for method in ORTHOGONALIZATIONS for steps in STEPS}
     rows |= {f"{method}, {STEPS[0]} steps, float32": replace(config, muon_orthogonalize=method,
                                                              muon_orthogonalize_steps=STEPS[0],
-                                                             muon_orthogonalize_dtype="float32")
+                                                             muon_orthogonalize_dtype="float32",
+                                                             muon_orthogonalize_scaling="frobenius")
              for method in ORTHOGONALIZATIONS}
     muons = {}
     for row, row_config in rows.items():
@@ -88,8 +97,8 @@ def bench_muon(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig)
         rounds.append({row: statistics.median(t) for row, t in times.items()})
     g = torch.Generator().manual_seed(config.seed)
     gaussian = [torch.randn(p.shape, generator=g).to(device) for p in gradients]
-    table = (f"Muon step (vs {STEPS[0]} steps: time over its method's at {STEPS[0]} in bfloat16; from U V^T: relative, "
-             "median over the matrices)")
+    table = (f"Muon step (vs {STEPS[0]} steps: time over its method's at {STEPS[0]} in bfloat16, Frobenius-scaled; "
+             "from U V^T: relative, median over the matrices)")
     figures = []
     for row, row_config in rows.items():
         base = f"{row_config.muon_orthogonalize}, {STEPS[0]} steps"
@@ -100,7 +109,8 @@ def bench_muon(bench: BenchConfig, config: TrainConfig, model_config: GPTConfig)
                    statistics.median(times[row] / times[base] for times in rounds), "x"),
             *(figure(table, row, f"from U V^T, {name}", statistics.median(
                 polar_distance(m, row_config.muon_orthogonalize, group,
-                               ORTHOGONALIZE_DTYPES[row_config.muon_orthogonalize_dtype]) for m in matrices),
+                               ORTHOGONALIZE_DTYPES[row_config.muon_orthogonalize_dtype],
+                               row_config.muon_orthogonalize_scaling) for m in matrices),
                 "relative")
               for name, matrices in (("Gaussian", gaussian), ("gradients", gradients)))]
     shapes = ", ".join(dict.fromkeys("x".join(map(str, p.shape)) for p in gradients))

@@ -36,7 +36,8 @@ LATER_MODEL_FIELDS = {name: getattr(GPTConfig, name) for name in (
 LATER_TRAIN_FIELDS = {"head_learning_rate": 0.0, "muon_momentum_warmup": 0, "muon_momentum_start": 0.85,
                       "muon_orthogonalize": "newton_schulz", "normuon": False, "cautious_weight_decay": False,
                       "ema_decay": 0.0, "ema_start": 0, "muon_orthogonalize_steps": 5, "batch_size_warmup": 0,
-                      "batch_size_start": 0, "muon_orthogonalize_dtype": "bfloat16"}
+                      "batch_size_start": 0, "muon_orthogonalize_dtype": "bfloat16",
+                      "muon_orthogonalize_scaling": "frobenius"}
 RUN_RECORDS = (DONE_FILE, "eval.json")
 # What a run's done.json holds, every field needed by a later reuse or by the report; eval.json holds EVAL_FIELDS.
 RECORD_FIELDS = ("variant", "seed", "budget", "role", "tokens_per_iter", "parameters", "iter_num",

@@ -25,6 +25,7 @@ def test_every_method_and_step_count_gets_a_row_of_positive_finite_figures(char_
     rows = list(dict.fromkeys(f["row"] for f in figures))
     methods = ("newton_schulz", "polar_express")
     assert rows == [f"{method}, {n} steps" for method in methods for n in (5, 4, 3, 2)] + [
+        f"{method}, {n} steps, aol" for method in methods for n in (5, 4, 3, 2)] + [
         f"{method}, 5 steps, float32" for method in methods]
     columns = ["a step", "vs 5 steps", "from U V^T, Gaussian", "from U V^T, gradients"]
     assert [f["column"] for f in figures] == columns * len(rows)
@@ -34,8 +35,9 @@ def test_every_method_and_step_count_gets_a_row_of_positive_finite_figures(char_
     for column in columns[2:]:  # Polar Express cut short lands farther from U V^T, one iteration less at a time
         distances = [cells[(f"polar_express, {steps} steps", column)] for steps in (5, 4, 3, 2)]
         assert all(a < b for a, b in itertools.pairwise(distances)), (column, distances)
-        for method in methods:  # a float32 row is its own orthogonalisation, not bfloat16's again
+        for method in methods:  # a float32 or AOL row is its own orthogonalisation, not bfloat16's again
             assert cells[(f"{method}, 5 steps, float32", column)] != cells[(f"{method}, 5 steps", column)]
+            assert cells[(f"{method}, 5 steps, aol", column)] != cells[(f"{method}, 5 steps", column)]
     assert "4 matrices (48x16, 16x16, 64x16, 16x64)" in result["header"]
     assert "2 alternating rounds of 1 steps" in result["header"]
 
@@ -48,11 +50,11 @@ def test_the_distance_is_from_the_polar_factor_of_a_matrix_built_from_its_factor
     w = torch.linalg.qr(torch.randn(24, 16, generator=g, dtype=torch.float64))[0]
     matrix = (q * torch.linspace(0.1, 2.0, 16, dtype=torch.float64)) @ w.T
     group = dict(ns_coefficients=(3.4445, -4.7750, 2.0315), ns_steps=3, eps=1e-7)
-    for method in ("newton_schulz", "polar_express"):
-        for dtype in (torch.bfloat16, torch.float32):
-            expected = (orthogonalize(matrix.float(), method, group, dtype).double() - q @ w.T).norm().item() / 4
-            assert polar_distance(matrix.float(), method, group, dtype) == pytest.approx(expected, rel=1e-6), method
-            assert 0.01 < expected < 1
+    for method, dtype, scaling in itertools.product(("newton_schulz", "polar_express"), (torch.bfloat16, torch.float32),
+                                                    ("frobenius", "aol")):
+        expected = (orthogonalize(matrix.float(), method, group, dtype, scaling).double() - q @ w.T).norm().item() / 4
+        assert polar_distance(matrix.float(), method, group, dtype, scaling) == pytest.approx(expected, rel=1e-6)
+        assert 0.01 < expected < 1
 
 
 def test_an_adamw_config_is_refused():

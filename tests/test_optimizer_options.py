@@ -1,5 +1,6 @@
 """The speedruns' optimizer options (training/optimizers.py, training/ema.py): Polar Express, fewer orthogonalisation
-iterations, NorMuon, cautious weight decay, Muon's momentum warmup, an EMA of the weights.
+iterations, float32 products, AOL's scaling, NorMuon, cautious weight decay, Muon's momentum warmup, an EMA of the
+weights.
 
 Each is checked against what does not come from its code: torch.optim.Muon's own step (our step with its
 coefficients), the papers' formulas written out here in float64, an SVD's exact polar factor, the weights of a run
@@ -68,7 +69,8 @@ def test_off_the_default_path_is_torchs_muon(steps):
     optimizer = build_optimizer(model, train_module.TrainConfig(**MUON, muon_orthogonalize_steps=steps), "cpu")
     assert type(optimizer.parts[0]) is torch.optim.Muon
     assert [group["ns_steps"] for group in optimizer.parts[0].param_groups] == [steps]
-    for option in (dict(muon_orthogonalize="polar_express"), dict(normuon=True), dict(cautious_weight_decay=True)):
+    for option in (dict(muon_orthogonalize="polar_express"), dict(normuon=True), dict(cautious_weight_decay=True),
+                   dict(muon_orthogonalize_scaling="aol")):
         optimizer = build_optimizer(model, train_module.TrainConfig(**MUON, **option, muon_orthogonalize_steps=steps),
                                     "cpu")
         assert type(optimizer.parts[0]) is MuonVariants, option
@@ -172,6 +174,78 @@ def test_polar_express_at_3_steps_is_the_papers_first_3_iterations_and_farther_f
     three, five = ((polar_express_by_hand(g, steps) - exact).norm() / exact.norm() for steps in (3, 5))
     assert three > 2 * five, (three, five)
     assert (ours - exact).norm() > (orthogonalize(g, "polar_express", TORCH_GROUP).double() - exact).norm()
+
+
+# ---- AOL's scaling (muon_orthogonalize_scaling=aol, Turbo-Muon) ------------------------------------------------------
+
+
+def aol_scaled(g: torch.Tensor) -> torch.Tensor:
+    """Prach and Lampert's almost-orthogonal scaling, in float64, the wide way round: X = G (G^T if tall), each row i
+    times (sum_j |(X X^T)_ij|)^-1/2."""
+    x = g.double().T if g.size(0) > g.size(1) else g.double()
+    return x * (x @ x.T).abs().sum(dim=1).rsqrt()[:, None]
+
+
+def aol_by_hand(g: torch.Tensor, coefficients: list) -> torch.Tensor:
+    """Turbo-Muon's iteration in float64: the AOL-scaled X, then X <- a X + b (X X^T) X + c (X X^T)^2 X for each
+    triple, every product taken afresh (ours reuses the scaling's X X^T for the first)."""
+    x = aol_scaled(g)
+    for a, b, c in coefficients:
+        gram = x @ x.T
+        x = a * x + b * gram @ x + c * gram @ gram @ x
+    return x.T if g.size(0) > g.size(1) else x
+
+
+@pytest.mark.parametrize("method, steps, coefficients", [("newton_schulz", 5, [NS_COEFFICIENTS] * 5),
+                                                         ("polar_express", 5, PAPER_COEFFICIENTS),
+                                                         ("polar_express", 4, PAPER_COEFFICIENTS[1:])])
+@pytest.mark.parametrize("shape", [(24, 40), (40, 24), (64, 64)])
+def test_aol_is_turbo_muons_iteration_with_the_last_coefficients(method, steps, coefficients, shape):
+    """In float32 the step is the iteration written here in float64 to 1e-5 (relative Frobenius; seen 1.0e-6 to
+    4.6e-6), Polar Express taking the paper's last `steps` triples (at 4, triples 2-5); in bfloat16 it is the
+    same iteration rounded (seen 1.1-5.4%)."""
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(4))
+    by_hand = aol_by_hand(g, coefficients)
+    group = {**TORCH_GROUP, "ns_steps": steps}
+    for dtype, within in ((torch.float32, lambda e: e < 1e-5), (torch.bfloat16, lambda e: 1e-3 < e < 0.08)):
+        ours = orthogonalize(g, method, group, dtype, "aol")
+        assert ours.dtype == dtype and ours.shape == g.shape
+        error = ((ours.double() - by_hand).norm() / by_hand.norm()).item()
+        assert within(error), (dtype, error)
+
+
+@pytest.mark.parametrize("shape", [(24, 40), (40, 24), (64, 64)])
+def test_aol_bounds_the_spectral_norm_by_1_and_leaves_the_singular_values_nearer_it(shape):
+    """What the scaling is for: its spectral norm is at most 1 (as the Frobenius norm's is) while its largest and
+    smallest singular values sit more than twice as high as the Frobenius-scaled ones (seen 2.3-3.0x, Gaussian);
+    so Polar Express's last 4 triples land near U V^T (seen 0.095-0.108 of its norm away) where its first 4 after
+    a Frobenius scaling do not (0.37-0.41), and where the first 4 after AOL do not either (0.38-0.39)."""
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(4))
+    aol = torch.linalg.svdvals(aol_scaled(g))
+    frobenius = torch.linalg.svdvals(g.double() / g.double().norm())
+    assert aol.max() <= 1 + 1e-12
+    assert aol.max() > 2 * frobenius.max() and aol.min() > 2 * frobenius.min(), (aol, frobenius)
+    exact = polar_factor(g)
+    last_four = (aol_by_hand(g, PAPER_COEFFICIENTS[1:]) - exact).norm() / exact.norm()
+    first_four = (aol_by_hand(g, PAPER_COEFFICIENTS[:4]) - exact).norm() / exact.norm()
+    frobenius_four = (polar_express_by_hand(g, steps=4) - exact).norm() / exact.norm()
+    assert last_four < 0.15 and first_four > 2 * last_four and frobenius_four > 2 * last_four, (
+        last_four, first_four, frobenius_four)
+
+
+def test_aol_steps_with_our_muon_and_frobenius_with_torchs():
+    """muon_orthogonalize_scaling=aol is our step, the scaling in its orthogonalisation (not torch's, which has
+    only the Frobenius norm); the default leaves torch's Muon."""
+    model = tiny_model()
+    aol = build_optimizer(model, train_module.TrainConfig(**MUON, muon_orthogonalize_scaling="aol"), "cpu").parts[0]
+    assert type(aol) is MuonVariants and aol.orthogonalize_scaling == "aol"
+    assert type(build_optimizer(model, train_module.TrainConfig(**MUON), "cpu").parts[0]) is torch.optim.Muon
+    ours, plain = matrices(), matrices()
+    settings = dict(lr=0.02, weight_decay=0.1, momentum=0.9, orthogonalization="newton_schulz", normuon=False,
+                    cautious_weight_decay=False)
+    step_with_gradients(MuonVariants(ours, **settings, orthogonalize_scaling="aol"), ours)
+    step_with_gradients(MuonVariants(plain, **settings), plain)
+    assert all(not torch.equal(a, b) for a, b in zip(ours, plain, strict=True))
 
 
 # ---- NorMuon: the paper's normalisation ------------------------------------------------------------------------------
@@ -302,10 +376,12 @@ def test_the_saved_model_is_the_average_of_the_weights_computed_here(tmp_path, c
                                     dict(muon_orthogonalize="polar_express", muon_orthogonalize_steps=3),
                                     dict(normuon=True), dict(cautious_weight_decay=True), dict(muon_momentum_warmup=5),
                                     dict(ema_decay=0.7, ema_start=1), dict(muon_orthogonalize_dtype="float32"),
+                                    dict(muon_orthogonalize="polar_express", muon_orthogonalize_steps=4,
+                                         muon_orthogonalize_scaling="aol"),
                                     dict(muon_orthogonalize="polar_express", normuon=True, cautious_weight_decay=True,
                                          muon_momentum_warmup=4, ema_decay=0.5, ema_start=2)],
                          ids=["polar_express", "newton_schulz_3_steps", "polar_express_3_steps", "normuon", "cautious",
-                              "momentum_warmup", "ema", "float32", "all"])
+                              "momentum_warmup", "ema", "float32", "aol", "all"])
 def test_resume_under_each_option_equals_an_uninterrupted_run(tmp_path, char_data, option):
     """3 steps, saved and resumed for 3 more, against 6 straight: the losses, the weights, the optimizer's state (the
     NorMuon moments among them) and the EMA, bit for bit. An EMA run's first part ends with its average as the model;
@@ -337,13 +413,16 @@ def test_a_checkpoint_from_before_the_options_resumes_at_their_defaults(tmp_path
     assert cli(train_module.main, flags(out, char_data, max_iters=2, optimizer="muon"), capsys)[0] == 0
     state = torch.load(out / "ckpt.pt", weights_only=True)
     for name in ("muon_orthogonalize", "muon_orthogonalize_steps", "normuon", "cautious_weight_decay",
-                 "muon_momentum_warmup", "muon_momentum_start", "ema_decay", "ema_start"):
+                 "muon_momentum_warmup", "muon_momentum_start", "ema_decay", "ema_start", "muon_orthogonalize_dtype",
+                 "muon_orthogonalize_scaling"):
         del state["config"][name]
     torch.save(state, out / "ckpt.pt")
     assert cli(train_module.main, flags(out, char_data, max_iters=4, init_from="resume"), capsys)[0] == 0
     resumed = load_checkpoint(out / "ckpt.pt")
     assert resumed["iter_num"] == 4 and resumed["config"]["muon_orthogonalize"] == "newton_schulz"
     assert resumed["config"]["muon_orthogonalize_steps"] == 5
+    assert resumed["config"]["muon_orthogonalize_dtype"] == "bfloat16"
+    assert resumed["config"]["muon_orthogonalize_scaling"] == "frobenius"
     assert "ema" not in resumed and resumed["config"]["ema_decay"] == 0.0
 
 
@@ -377,6 +456,9 @@ def test_a_resume_given_other_iterations_names_them_and_steps_with_them(tmp_path
     (dict(muon_orthogonalize_dtype="float32"), ["muon_orthogonalize_dtype is a setting of optimizer=muon"]),
     (dict(optimizer="muon", muon_orthogonalize_dtype="float16"), ["muon_orthogonalize_dtype='float16' must be one "
                                                                   "of bfloat16, float32"]),
+    (dict(muon_orthogonalize_scaling="aol"), ["muon_orthogonalize_scaling is a setting of optimizer=muon"]),
+    (dict(optimizer="muon", muon_orthogonalize_scaling="spectral"), ["muon_orthogonalize_scaling='spectral' must be "
+                                                                     "one of frobenius, aol"]),
     (dict(optimizer="muon", muon_orthogonalize="polar_express", muon_orthogonalize_steps=6),
      ["muon_orthogonalize_steps=6 is more than the 5 iterations polar_express has coefficients for",
       "give muon_orthogonalize_steps <= 5, or muon_orthogonalize=newton_schulz"]),

@@ -12,7 +12,9 @@ Polar Express's per-iteration coefficients in place of Newton-Schulz's fixed one
 normalisation, cautious weight decay (MuonVariants, our own Muon step, used when one of them is on), and a momentum
 warmup (muon_momentum_at, under either step). muon_orthogonalize_steps sets the iterations of either step (torch's
 ns_steps; 5, the default, is today's step), muon_orthogonalize_dtype the dtype its matrix products take (torch's
-bfloat16, the default; float32 for a CPU without bfloat16 arithmetic, where bfloat16 products are emulated).
+bfloat16, the default; float32 for a CPU without bfloat16 arithmetic, where bfloat16 products are emulated), and
+muon_orthogonalize_scaling how its input is scaled first (torch's division by the Frobenius norm, the default; or
+Turbo-Muon's AOL scaling, which starts the iteration nearer its end so that one fewer iteration may do).
 """
 
 import math
@@ -27,6 +29,7 @@ from model import GPT
 OPTIMIZERS = ("adamw", "muon")
 ORTHOGONALIZATIONS = ("newton_schulz", "polar_express")
 ORTHOGONALIZE_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}  # the first is torch's Muon's
+ORTHOGONALIZE_SCALINGS = ("frobenius", "aol")  # the first is torch's Muon's
 MUON_OPTIONS = ("normuon", "cautious_weight_decay")  # Muon's settings not named muon_*
 MUON_TORCH = "2.9"  # torch.optim.Muon arrived in torch 2.9 (pytorch/pytorch#160213, merged August 2025)
 # Keller Jordan's scaling, the one his Muon and modded-nanogpt use with a rate of 0.02: the step is multiplied by
@@ -48,6 +51,7 @@ class OptimizerSettings(typing.Protocol):
     muon_orthogonalize: str  # one of ORTHOGONALIZATIONS
     muon_orthogonalize_steps: int  # its iterations: torch's ns_steps; polar_express's first N coefficient triples
     muon_orthogonalize_dtype: str  # a key of ORTHOGONALIZE_DTYPES: the dtype of its matrix products
+    muon_orthogonalize_scaling: str  # one of ORTHOGONALIZE_SCALINGS: how its input is scaled before the iterations
     normuon: bool
     cautious_weight_decay: bool
     muon_momentum_warmup: int  # steps
@@ -78,6 +82,9 @@ def check_optimizer_settings(config: OptimizerSettings) -> None:
     if config.muon_orthogonalize_dtype not in ORTHOGONALIZE_DTYPES:
         raise ValueError(f"muon_orthogonalize_dtype={config.muon_orthogonalize_dtype!r} must be one of "
                          f"{', '.join(ORTHOGONALIZE_DTYPES)}")
+    if config.muon_orthogonalize_scaling not in ORTHOGONALIZE_SCALINGS:
+        raise ValueError(f"muon_orthogonalize_scaling={config.muon_orthogonalize_scaling!r} must be one of "
+                         f"{', '.join(ORTHOGONALIZE_SCALINGS)}")
     if config.muon_orthogonalize == "polar_express" and \
             config.muon_orthogonalize_steps > len(POLAR_EXPRESS_COEFFICIENTS):
         raise ValueError(f"muon_orthogonalize_steps={config.muon_orthogonalize_steps} is more than the "
@@ -153,24 +160,40 @@ NORMUON_BETA2 = 0.95  # NorMuon's second-moment decay (Li et al. 2025's default;
 NORMUON_EPS = 1e-8
 
 
-def orthogonalize(update: torch.Tensor, method: str, group: dict, dtype: torch.dtype = torch.bfloat16
-                  ) -> torch.Tensor:
+def orthogonalize(update: torch.Tensor, method: str, group: dict, dtype: torch.dtype = torch.bfloat16,
+                  scaling: str = "frobenius") -> torch.Tensor:
     """The update's nearest semi-orthogonal matrix, approximately, in dtype (bfloat16: as torch computes it):
-    normalised, then X <- aX + (bA + cA^2)X with A = X X^T, the wide way round. newton_schulz is torch.optim.Muon's
+    scaled, then X <- aX + (bA + cA^2)X with A = X X^T, the wide way round. newton_schulz is torch.optim.Muon's
     _zeropower_via_newtonschulz op for op (group's ns_coefficients, ns_steps times, X / max(||X||_F, eps)), so that
     this step in bfloat16 equals torch's; polar_express takes each iteration's own coefficients, the first ns_steps
-    of them."""
+    of them.
+
+    scaling="aol" (Turbo-Muon: Boissin, Massena, Mamalet and Serrurier 2025, arXiv:2512.04632, after Prach and
+    Lampert's almost-orthogonal layers, arXiv:2208.03160) scales each row i of X by s_i = (sum_j |A_ij|)^-1/2 in
+    place of the one Frobenius norm: that bounds the spectral norm by 1 as the norm does, but leaves the singular
+    values nearer 1, so the iteration starts nearer its end. A is the first iteration's own product, rescaled
+    (s_i s_j A_ij), so the scaling costs no matrix product; polar_express then takes its last ns_steps coefficient
+    triples, as Turbo-Muon does: the first is made for the tiny singular values a Frobenius scaling leaves."""
     x = update.to(dtype)
     tall = update.size(0) > update.size(1)
     x = x.T if tall else x
+    steps = group["ns_steps"]
     if method == "polar_express":
+        coefficients = POLAR_EXPRESS_COEFFICIENTS[-steps:] if scaling == "aol" else POLAR_EXPRESS_COEFFICIENTS[:steps]
+    else:
+        coefficients = (group["ns_coefficients"],) * steps
+    if scaling == "aol":
+        gram = x @ x.T
+        row_scale = gram.abs().sum(dim=1).clamp(min=group["eps"]).rsqrt()
+        x = x * row_scale[:, None]
+        gram = gram * row_scale[:, None] * row_scale[None, :]
+    elif method == "polar_express":
         x = x / (x.norm() * (1 + POLAR_EXPRESS_SAFETY) + POLAR_EXPRESS_EPS)
-        coefficients = POLAR_EXPRESS_COEFFICIENTS[:group["ns_steps"]]
     else:
         x = x / x.norm().clamp(min=group["eps"])
-        coefficients = (group["ns_coefficients"],) * group["ns_steps"]
-    for a, b, c in coefficients:
-        gram = x @ x.T
+    for i, (a, b, c) in enumerate(coefficients):
+        if i > 0 or scaling != "aol":
+            gram = x @ x.T
         x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
     return x.T if tall else x
 
@@ -194,7 +217,7 @@ class MuonVariants(torch.optim.Optimizer):
     momentum_buffer, so that the default path stays torch's own and a checkpoint of one resumes in the other.
 
     orthogonalization: one of ORTHOGONALIZATIONS, ns_steps iterations of it (the group's, as torch's), its products
-    in orthogonalize_dtype (torch's: bfloat16). normuon:
+    in orthogonalize_dtype (torch's: bfloat16), its input scaled by orthogonalize_scaling (torch's: frobenius). normuon:
     normuon_normalize after it. cautious_weight_decay: decay a weight only where it and the update agree in sign
     (Chen, Li, Liang, Su, Xie, Pierse, Liang, Lao and Liu 2025, "Cautious Weight Decay", arXiv:2510.12402:
     x <- x - lr (u + wd I(u x >= 0) x); nanochat and modded-nanogpt): there both move it towards zero, and decay
@@ -202,13 +225,13 @@ class MuonVariants(torch.optim.Optimizer):
 
     def __init__(self, params: list[nn.Parameter], *, lr: float, weight_decay: float, momentum: float,
                  orthogonalization: str, normuon: bool, cautious_weight_decay: bool, ns_steps: int = NS_STEPS,
-                 orthogonalize_dtype: torch.dtype = torch.bfloat16) -> None:
+                 orthogonalize_dtype: torch.dtype = torch.bfloat16, orthogonalize_scaling: str = "frobenius") -> None:
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=True,
                                       ns_coefficients=NS_COEFFICIENTS, eps=NS_EPS, ns_steps=ns_steps,
                                       adjust_lr_fn=MUON_LR_ADJUSTMENT))
         self.orthogonalization, self.normuon, self.cautious_weight_decay = (orthogonalization, normuon,
                                                                            cautious_weight_decay)
-        self.orthogonalize_dtype = orthogonalize_dtype
+        self.orthogonalize_dtype, self.orthogonalize_scaling = orthogonalize_dtype, orthogonalize_scaling
 
     @torch.no_grad()
     def step(self) -> None:
@@ -223,7 +246,7 @@ class MuonVariants(torch.optim.Optimizer):
                 buffer = state["momentum_buffer"]
                 buffer.lerp_(param.grad, 1 - momentum)
                 update = orthogonalize(param.grad.lerp(buffer, momentum), self.orthogonalization, group,  # Nesterov
-                                       self.orthogonalize_dtype)
+                                       self.orthogonalize_dtype, self.orthogonalize_scaling)
                 if self.normuon:
                     if "normuon_second_moment" not in state:
                         state["normuon_second_moment"] = torch.zeros(param.shape[0], 1, dtype=torch.float32,
@@ -279,7 +302,7 @@ def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> 
                                        head_learning_rate=config.head_learning_rate)
     momentum = muon_momentum_at(0, config)
     if config.muon_orthogonalize == "newton_schulz" and not config.normuon and not config.cautious_weight_decay \
-            and config.muon_orthogonalize_dtype == "bfloat16":
+            and config.muon_orthogonalize_dtype == "bfloat16" and config.muon_orthogonalize_scaling == "frobenius":
         muon = torch.optim.Muon(matrices, lr=config.muon_learning_rate, weight_decay=config.weight_decay,
                                 momentum=momentum, ns_steps=config.muon_orthogonalize_steps,
                                 adjust_lr_fn=MUON_LR_ADJUSTMENT)
@@ -288,7 +311,8 @@ def build_optimizer(model: GPT, config: OptimizerSettings, device_type: str) -> 
                             momentum=momentum, orthogonalization=config.muon_orthogonalize, normuon=config.normuon,
                             cautious_weight_decay=config.cautious_weight_decay,
                             ns_steps=config.muon_orthogonalize_steps,
-                            orthogonalize_dtype=ORTHOGONALIZE_DTYPES[config.muon_orthogonalize_dtype])
+                            orthogonalize_dtype=ORTHOGONALIZE_DTYPES[config.muon_orthogonalize_dtype],
+                            orthogonalize_scaling=config.muon_orthogonalize_scaling)
     return MuonAdamW(muon, adamw)
 
 
