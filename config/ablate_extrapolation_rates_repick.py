@@ -49,6 +49,15 @@ variants = [
     "t5 t5_max_distance=64 learning_rate=0.001",
     "t5 t5_max_distance=64 learning_rate=0.003",
     "t5 t5_max_distance=64 learning_rate=0.01",
+    # the edge rule, after the 264 runs above: p_rope, kerple power, fire and cope were lowest at 1e-3, the low edge;
+    # xpos and the random positions of learned and sinusoidal at 1e-2, the high edge
+    "p_rope learning_rate=0.0003",
+    "kerple kerple_kernel=power learning_rate=0.0003",
+    "fire learning_rate=0.0003",
+    "cope learning_rate=0.0003",
+    "xpos learning_rate=0.03",
+    "learned random_positions=512 learning_rate=0.03",
+    "sinusoidal sinusoidal_amplitude=0.1 random_positions=512 learning_rate=0.03",
 ]
 seeds = 2
 first_seed = 3001  # stage 2 uses 1337..1341
