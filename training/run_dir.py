@@ -113,8 +113,9 @@ class StopRequest:
     Inside interruptible() (an evaluation, the forward and backward passes that compile), the first signal
     raises Interrupted at once instead: work that may take minutes is abandoned, not waited for. defer() ends
     that for the rest of the block (the optimizer step has begun: it must finish). A long loop inside the block
-    calls poll() between its pieces: the handler's raise is lost where it lands in a finalizer (torch.compile
-    keeps many; Python prints the exception there and goes on), and poll() raises it again.
+    calls poll() between its pieces: the handler's raise is lost where it lands in a finalizer or a weakref callback
+    (torch.compile keeps many; Python reports it through sys.unraisablehook and goes on), and poll() raises it again.
+    That report of our own Interrupted is no fault, and no traceback: unraisable() keeps it quiet.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -124,11 +125,19 @@ class StopRequest:
         self.signal = 0
         self.previous = {}
         self.raise_now = False  # in an interruptible block, not deferred: a signal raises Interrupted
+        self.previous_unraisable = sys.unraisablehook
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             self.previous = {number: signal.signal(number, self.handle) for number in self.SIGNALS}
+            self.previous_unraisable, sys.unraisablehook = sys.unraisablehook, self.unraisable
         return self
+
+    def unraisable(self, report) -> None:
+        """Python's report of an exception it could not raise (in a finalizer, a weakref callback): said as before,
+        unless it is the handler's Interrupted, which poll() raises again."""
+        if not issubclass(report.exc_type, Interrupted):
+            self.previous_unraisable(report)
 
     def reader_gone(self) -> None:
         """stdout's reader has gone (train.py | head): save and stop at the end of the step, as for SIGTERM, with
@@ -167,3 +176,5 @@ class StopRequest:
     def __exit__(self, *exc):
         for number, handler in self.previous.items():
             signal.signal(number, handler)
+        if self.previous:
+            sys.unraisablehook = self.previous_unraisable
