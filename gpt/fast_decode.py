@@ -5,6 +5,7 @@ the architecture it compiles is model.py's GPT.decode_step, unchanged. On CUDA t
 graphs instead.
 """
 
+import functools
 import inspect
 import itertools
 import weakref
@@ -18,12 +19,17 @@ from model import GPT, KVCache, write_at, write_gates_at, write_tokens_at
 
 DecodeStep = Callable[..., torch.Tensor]  # (token, position, cache[, starts]) -> logits: GPT.decode_step's
 
-# Per model, held only while the model lives: the weights the frozen graphs were built from,
+# torch.compile(isolate_recompiles=True) (torch 2.13) keeps each compiled function's graphs apart: dynamo's limit of
+# 8 graphs per compiled function is then per model, and the lookup before each token tries only this model's graphs.
+# Before it, every model's graphs count against one limit on GPT.decode_step, and a ninth hard-fails under fullgraph.
+ISOLATION = {"isolate_recompiles": True} if "isolate_recompiles" in inspect.signature(torch.compile).parameters else {}
+
+# Per model, held only while the model lives: the weights the frozen graphs were built from (CPU),
 _frozen_weights: "weakref.WeakKeyDictionary[GPT, list]" = weakref.WeakKeyDictionary()
-# and its compiled step, GPT.decode_step unbound (a bound method would keep the model alive), each model's graphs
-# apart from other models' where torch can (isolate_recompiles, torch 2.13): dynamo's limit of 8 graphs per compiled
-# function is then per model, and the lookup before each token tries only this model's graphs.
-_frozen_steps: "weakref.WeakKeyDictionary[GPT, Callable]" = weakref.WeakKeyDictionary()
+# its compiled step, GPT.decode_step unbound (a bound method would keep the model alive),
+_compiled_steps: "weakref.WeakKeyDictionary[GPT, Callable]" = weakref.WeakKeyDictionary()
+# and, on a torch without isolate_recompiles, the one model whose graphs the compiler holds.
+_holding: list[weakref.ref] = []
 
 
 @dataclass
@@ -58,20 +64,26 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
     CPU under no_grad, the weights are frozen into the graph (inductor's freezing) and packed for MKL's
     matrix-vector products, which then beat plain F.linear (docs/sampling.md, "Static cache, compiled step"). A
     frozen graph holds the weights it was compiled with, so when this model's weights have changed since, every
-    compiled graph is dropped (torch.compiler.reset) and the step compiles again.
+    compiled graph is dropped (torch.compiler.reset) and the step compiles again. On a torch before 2.13, which
+    cannot keep one model's graphs apart from another's, a step for another model than the last drops them too:
+    going back and forth between models compiles each time, but never runs out of dynamo's 8 graphs.
     """
     device = model.lm_head.weight.device
-    if device.type != "cpu":
-        mode = "reduce-overhead" if device.type == "cuda" else "default"
-        return torch.compile(model.decode_step, mode=mode, fullgraph=True, dynamic=False)
-    weights = [(t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers())]
-    if _frozen_weights.get(model, weights) != weights:
-        torch.compiler.reset()
-    _frozen_weights[model] = weights
-    step = _frozen_steps.get(model)
+    if not ISOLATION:
+        if _holding and _holding[0]() is not model:
+            torch.compiler.reset()
+        _holding[:] = [weakref.ref(model)]
+    if device.type == "cpu":
+        weights = [(t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers())]
+        if _frozen_weights.get(model, weights) != weights:
+            torch.compiler.reset()
+        _frozen_weights[model] = weights
+    step = _compiled_steps.get(model)
     if step is None:
-        step = _frozen_steps[model] = compile_frozen_step()
-    return frozen(model, step)
+        mode = "reduce-overhead" if device.type == "cuda" else "default"
+        step = _compiled_steps[model] = (compile_frozen_step() if device.type == "cpu" else torch.compile(
+            GPT.decode_step, mode=mode, fullgraph=True, dynamic=False, **ISOLATION))
+    return frozen(model, step) if device.type == "cpu" else functools.partial(step, model)
 
 
 def compile_frozen_step(options: dict | None = None) -> Callable:
@@ -126,4 +138,4 @@ FROZEN_STEP_OPTIONS = {
     "options": {"cpp_wrapper": True,
                 **({"guard_filter_fn": frozen_step_guards} if hasattr(torch.compiler, "skip_all_guards_unsafe")
                    else {})},
-    **({"isolate_recompiles": True} if "isolate_recompiles" in inspect.signature(torch.compile).parameters else {})}
+    **ISOLATION}

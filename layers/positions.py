@@ -941,7 +941,9 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 def alibi_slopes(n_head: int) -> list[float]:
     """ALiBi's slope m_h of each head, as in the paper's code: for n_head a power of two, 2^(-8(h+1)/n_head);
     otherwise those of the largest power of two c < n_head, then every other slope of 2c heads."""
-    c = 1 << (n_head.bit_length() - 1)
+    c = 1
+    while 2 * c <= n_head:  # not int.bit_length, which torch 2.3's compiler cannot trace
+        c *= 2
     slopes_c = [2.0 ** (-8.0 * (h + 1) / c) for h in range(c)]
     slopes_2c = [2.0 ** (-8.0 * (h + 1) / (2 * c)) for h in range(2 * c)]
     return slopes_c + slopes_2c[0::2][:n_head - c]

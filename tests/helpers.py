@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -21,8 +22,19 @@ from model import GPT, GPTConfig
 from text.dataset import prepare_main
 from train import TrainConfig, train
 from training.checkpoint import load_checkpoint
+from training.optimizers import MUON_TORCH
+from training.parallel import FSDP_TORCH, FSDPModule
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+# ---- what an older torch lacks: train.py refuses it in one line there (tested), and the tests that use it skip
+
+TORCH = tuple(int(part) for part in torch.__version__.split(".")[:2])  # (2, 13) for 2.13.0+cpu
+needs_muon = pytest.mark.skipif(not hasattr(torch.optim, "Muon"),
+                                reason=f"--optimizer=muon needs torch {MUON_TORCH} (torch.optim.Muon)")
+needs_fsdp = pytest.mark.skipif(FSDPModule is None,
+                                reason=f"--parallel=fsdp needs torch {FSDP_TORCH} (torch.distributed.fsdp.fully_shard)")
 
 
 # ---- the tiny model (most model and decoding tests) ---------------------------------------------------------------

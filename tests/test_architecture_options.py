@@ -47,8 +47,8 @@ def test_relu2_mlp_is_relu_squared():
 
 @torch.no_grad()
 def test_qk_norm_normalises_each_heads_queries_and_keys_before_rope():
-    """Against SDPA on torch's F.rms_norm of q and k, turned by rope afterwards (rope keeps a vector's norm, so
-    the order matters only for xpos, which scales)."""
+    """Against SDPA on torch's F.rms_norm of q and k (its definition before torch 2.4), turned by rope afterwards
+    (rope keeps a vector's norm, so the order matters only for xpos, which scales)."""
     model = same_weights(tiny_model("rope"), qk_norm=True)
     attention = model.blocks[0].attn
     x = torch.randn(2, BLOCK, 32, generator=torch.Generator().manual_seed(2))
@@ -56,7 +56,10 @@ def test_qk_norm_normalises_each_heads_queries_and_keys_before_rope():
     _, rope, _ = model.input_layer.attention_inputs(positions, BLOCK, cached=False)
     q, k, v = attention.c_attn(x).split(32, dim=2)
     q, k, v = (t.view(2, BLOCK, 2, 16).transpose(1, 2) for t in (q, k, v))
-    q, k = F.rms_norm(q, (16,)), F.rms_norm(k, (16,))
+    if hasattr(F, "rms_norm"):  # torch 2.4 on
+        q, k = F.rms_norm(q, (16,)), F.rms_norm(k, (16,))
+    else:  # its definition: eps the dtype's machine epsilon
+        q, k = (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + torch.finfo(t.dtype).eps) for t in (q, k))
     (cos, sin), _ = rope
     half = lambda t: torch.cat((-t[..., 8:], t[..., :8]), dim=-1)  # noqa: E731
     q, k = q * cos + half(q) * sin, k * cos + half(k) * sin
@@ -288,7 +291,7 @@ def test_a_zero_head_starts_at_zero_and_leaves_every_other_weight():
 
 def test_the_untied_head_trains_at_its_own_rate_as_scheduled():
     model = GPT(tiny_config("learned", tie_head=False))
-    for optimizer in ("adamw", "muon"):
+    for optimizer in ("adamw", "muon") if hasattr(torch.optim, "Muon") else ("adamw",):  # Muon: torch 2.9
         config = TrainConfig(optimizer=optimizer, learning_rate=1e-3, head_learning_rate=4e-3)
         built = build_optimizer(model, config, "cpu")
         heads = [g for g in built.param_groups if any(p is model.lm_head.weight for p in g["params"])]

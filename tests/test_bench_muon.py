@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import needs_muon
 
 import bench
 from benchmarks.common import BenchConfig
@@ -16,6 +17,7 @@ from train import TrainConfig
 from training.optimizers import orthogonalize
 
 
+@needs_muon
 def test_every_method_and_step_count_gets_a_row_of_positive_finite_figures(char_data):
     settings = BenchConfig(what="muon", bench_steps=1, warmup_steps=1, rounds=2)
     config = TrainConfig(dataset=str(char_data), device="cpu", batch_size=4, optimizer="muon")

@@ -139,6 +139,15 @@ def test_checkpoint_from_before_the_position_settings_loads_with_their_old_value
 OLD = Path(__file__).resolve().parent / "fixtures" / "checkpoints_03c7507"
 
 
+def draws_dropout_as_recorded() -> bool:
+    """Whether this torch's CPU dropout draws, from one seed, the mask that the torch which recorded the resumed
+    runs drew (2.13; 2.11 too). Torch 2.3 draws another, so the resumed runs' losses are others there."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        kept = torch.nn.functional.dropout(torch.ones(16), 0.5) > 0
+    return kept.tolist() == [i in (2, 6, 7, 9, 10, 11, 12, 14, 15) for i in range(16)]
+
+
 @pytest.mark.parametrize("encoding", ["learned", "rope", "alibi"])
 def test_a_checkpoint_from_commit_03c7507_loads_with_its_logits(encoding):
     expected = torch.load(OLD / encoding / "expected.pt", weights_only=True)
@@ -160,6 +169,7 @@ def test_a_best_pt_from_commit_03c7507_loads_with_the_resumed_logits():
                                    expected["resumed_logits"], atol=1e-6, rtol=0)
 
 
+@pytest.mark.skipif(not draws_dropout_as_recorded(), reason="this torch draws other dropout masks from a seed")
 @pytest.mark.parametrize("encoding", ["learned", "rope", "alibi"])
 def test_a_checkpoint_from_commit_03c7507_resumes_as_that_code_resumed_it(tmp_path, encoding):
     """Resumed to step 4 (dropout on: the saved random streams matter), today's code gives the train losses

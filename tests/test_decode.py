@@ -3,6 +3,7 @@ prompt shared by a batch, and the text streamed piece by piece. Compiling is slo
 compiled tests are few, marked slow, and each compiles one graph that serves all of its checks.
 """
 
+import contextlib
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -89,6 +90,28 @@ def test_compiled_decoding_tells_models_batch_sizes_and_modes_apart_with_the_mod
     dropping.train()  # a graph traced in eval mode has no dropout: this must not reuse it
     _, compiled_training = eager_and_compiled_logits(dropping, prompt, tokens)
     assert max_abs(compiled_training, eager) > 1e-3
+
+
+def one_graph_a_function() -> contextlib.AbstractContextManager:
+    """Dynamo's limit of graphs per compiled function (8) cut to 1, so that a test sees it without 9 compilations.
+    Named cache_size_limit before torch 2.6."""
+    from torch._dynamo import config
+
+    return config.patch(**{"recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit": 1})
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_compiled_decoding_of_more_models_than_the_compilers_limit_of_graphs():
+    """Each model's graphs count apart from another's (isolate_recompiles; on a torch without it, a step for another
+    model starts from a reset): with the limit at one graph a function, a second model and then the first again
+    decode as eager does, where one limit shared by the models would fail at the second (fullgraph)."""
+    first, second = tiny_model("learned", seed=3), tiny_model("learned", seed=4)
+    prompt, tokens = random_ids(1, 4, seed=35), random_ids(1, 3, seed=36)
+    with one_graph_a_function():
+        for model in (first, second, first):
+            eager, compiled = eager_and_compiled_logits(model, prompt, tokens)
+            assert max_abs(compiled, eager) < 1e-5
 
 
 def test_frozen_step_guard_filter_keeps_inputs_parameter_identities_and_training_flags():
@@ -287,6 +310,20 @@ def test_cuda_graph_decoding_equals_eager_and_uncached(pos_encoding):
     for _ in range(2):
         graphs = G.generate(model, prompt, 3 * BLOCK, temperature=0, compile=True)
         assert torch.equal(graphs, G.generate(model, prompt, 3 * BLOCK, temperature=0, use_cache=False))
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_cuda_graph_decoding_of_more_models_than_the_compilers_limit_of_graphs():
+    """As on the CPU (test_compiled_decoding_of_more_models_than_the_compilers_limit_of_graphs): each model's
+    CUDA-graph step is its own compiled function, so a second model never meets the first one's graphs."""
+    torch.compiler.reset()
+    first, second = tiny_model("learned", seed=3).cuda(), tiny_model("learned", seed=4).cuda()
+    prompt, tokens = random_ids(2, 5, seed=54).cuda(), random_ids(2, 6, seed=55).cuda()
+    with one_graph_a_function():
+        for model in (first, second, first):
+            graphed = cuda_graph_logits(model, prompt, tokens)
+            assert max_abs(graphed, eager_decode_logits(model, prompt, tokens)) < 1e-4
 
 
 @pytest.mark.gpu

@@ -13,7 +13,7 @@ import input_layer_numpy as ref
 import numpy as np
 import pytest
 import torch
-from helpers import BLOCK, VOCAB, max_abs, numpy_gpt_logits, random_ids, randomize_, tiny_config, tiny_model
+from helpers import BLOCK, TORCH, VOCAB, max_abs, numpy_gpt_logits, random_ids, randomize_, tiny_config, tiny_model
 from scipy import stats
 from torch import nn
 from torch.nn import functional as F
@@ -723,6 +723,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) 
     return P.rotate(x, *P.rope_angles(positions, x.size(-1), base))
 
 
+@pytest.mark.skipif(TORCH < (2, 4), reason="transformers 5's rotary embedding calls torch.is_autocast_enabled(device), "
+                                          "torch 2.4 on")
 @pytest.mark.parametrize("base", [10000.0, 500.0])
 def test_apply_rope_matches_transformers(base):
     x = torch.randn(2, 3, 7, 16, generator=torch.Generator().manual_seed(0))

@@ -21,6 +21,8 @@ from helpers import (
     configs,
     digests,
     flags,
+    needs_fsdp,
+    needs_muon,
     random_ids,
     run,
     tiny_model,
@@ -48,6 +50,7 @@ def muon_config(**overrides) -> TrainConfig:
 
 @pytest.mark.parametrize("settings", [dict(pos_encoding="learned"), dict(pos_encoding="t5"),
                                       dict(pos_encoding="rope", bias=False)], ids=["learned", "t5", "no_bias"])
+@needs_muon
 def test_every_parameter_is_in_one_group_and_muon_has_the_blocks_matrices_alone(settings):
     """t5's relative-bias table is a matrix outside the blocks; the head is the token table (tied)."""
     model = GPT(GPTConfig(block_size=16, vocab_size=37, n_layer=2, n_head=2, n_embd=32, **settings))
@@ -84,6 +87,7 @@ def newton_schulz(update: torch.Tensor, steps: int = 5) -> torch.Tensor:
     return x.T if tall else x
 
 
+@needs_muon
 def test_three_muon_steps_are_the_documented_update_and_adamw_steps_the_rest():
     """Per torch's docstring: B_t = mu B_{t-1} + g_t; O_t = NS(g_t + mu B_t) (Nesterov); theta <- theta (1 - gamma
     lambda); theta <- theta - gamma sqrt(max(1, rows / cols)) O_t ("original": Keller Jordan's adjustment). gamma is
@@ -130,6 +134,7 @@ def test_three_muon_steps_are_the_documented_update_and_adamw_steps_the_rest():
         assert torch.equal(p, reference[id(p)]), names[id(p)]
 
 
+@needs_muon
 def test_the_schedule_scales_both_rates_by_one_factor():
     model = tiny_model()
     config = muon_config(min_lr=1e-4, warmup_iters=10, lr_decay_iters=100)
@@ -143,6 +148,7 @@ def test_the_schedule_scales_both_rates_by_one_factor():
 # ---- resume -------------------------------------------------------------------------------------------------------
 
 
+@needs_muon
 def test_resume_under_muon_equals_an_uninterrupted_run(tmp_path, char_data):
     """Bit for bit on a CPU: dropout on (the torch stream), the batches (theirs), Muon's momentum and AdamW's
     moments (ckpt.pt's one optimizer state)."""
@@ -174,6 +180,7 @@ def as_given(group: dict) -> dict:
     return {**group, "weight_decay": 0.3 if group["weight_decay"] else 0.0, "betas": (0.8, 0.9)}
 
 
+@needs_muon
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_a_resume_steps_with_the_group_settings_it_is_given(tmp_path, char_data, optimizer):
     """3 steps, then 3 resumed with GIVEN: as 3 resumed from a copy of the checkpoint whose groups hold GIVEN, written
@@ -204,6 +211,7 @@ def step_on(model: GPT, optimizer: torch.optim.Optimizer, config: TrainConfig, s
     optimizer.zero_grad(set_to_none=True)
 
 
+@needs_muon
 def test_loading_keeps_the_moments_and_takes_the_groups_as_built():
     """load_optimizer_state (every resume's: one process, DDP, FSDP, a nanoGPT run continued) into an optimizer built
     with GIVEN, then a step: as that optimizer with the saved moments put in its state by hand, bit for bit. A step
@@ -234,6 +242,7 @@ def test_loading_keeps_the_moments_and_takes_the_groups_as_built():
 @pytest.mark.parametrize("trained, asked, old", [("adamw", "muon", False), ("muon", "adamw", False),
                                                  ("adamw", "muon", True)], ids=["adamw_as_muon", "muon_as_adamw",
                                                                                 "before_the_field_as_muon"])
+@needs_muon
 def test_resuming_under_the_other_optimizer_is_one_line(tmp_path, char_data, capsys, trained, asked, old):
     out = tmp_path / "out"
     assert cli(train_module.main, flags(out, char_data, max_iters=2, optimizer=trained), capsys)[0] == 0
@@ -292,6 +301,7 @@ def test_a_decay_factor_above_0_is_taken():
     assert TrainConfig(weight_decay=1666.0).weight_decay == 1666.0
 
 
+@needs_muon
 def test_continuing_a_run_under_the_other_optimizer_names_both(tmp_path, char_data, capsys):
     """Was: "its optimizer state does not fit this model", as for a model of another shape."""
     assert cli(train_module.main, flags(tmp_path / "adamw", char_data, max_iters=2), capsys)[0] == 0
@@ -304,12 +314,13 @@ def test_continuing_a_run_under_the_other_optimizer_names_both(tmp_path, char_da
 
 
 def test_a_torch_without_muon_is_one_line(tmp_path, char_data, capsys, monkeypatch):
-    monkeypatch.delattr(torch.optim, "Muon")
+    monkeypatch.delattr(torch.optim, "Muon", raising=False)  # before torch 2.9 it is not there
     code, out, err = cli(train_module.main, flags(tmp_path / "out", char_data, optimizer="muon"), capsys)
     assert_one_line_error(code, out, err, "optimizer='muon' needs torch 2.9 or newer", "--optimizer=adamw")
     assert not (tmp_path / "out" / "ckpt.pt").exists()
 
 
+@needs_fsdp
 def test_muon_under_fsdp_on_several_processes_is_refused_before_the_model_is_built(tmp_path, char_data,
                                                                                    monkeypatch):
     """set_up as a process of two under torchrun sees it (no process group is needed to refuse)."""
@@ -324,6 +335,7 @@ def test_muon_under_fsdp_on_several_processes_is_refused_before_the_model_is_bui
 # ---- several processes --------------------------------------------------------------------------------------------
 
 
+@needs_muon
 @pytest.mark.slow
 def test_ddp_under_muon_equals_one_process(tmp_path, char_data, script_env, ends_its_threads):
     """DDP averages the gradients before the step, so two processes of 2 micro-batches each step as one process

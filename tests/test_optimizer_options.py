@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from helpers import assert_one_line_error, assert_same_state, cli, flags, run, tiny_model
+from helpers import assert_one_line_error, assert_same_state, cli, flags, needs_muon, run, tiny_model
 
 import train as train_module
 from training.checkpoint import load_checkpoint
@@ -48,6 +48,7 @@ def step_with_gradients(optimizer: torch.optim.Optimizer, params: list, steps: i
 # ---- Newton-Schulz: our step is torch's -----------------------------------------------------------------------------
 
 
+@needs_muon
 @pytest.mark.parametrize("ns_steps", [5, 3])
 def test_our_muon_step_with_torchs_coefficients_is_torchs_bit_for_bit(ns_steps):
     """MuonVariants with nothing asked of it runs torch.optim.Muon's update op for op, at torch's 5 iterations and at
@@ -61,6 +62,7 @@ def test_our_muon_step_with_torchs_coefficients_is_torchs_bit_for_bit(ns_steps):
         assert torch.equal(a, b)
 
 
+@needs_muon
 @pytest.mark.parametrize("steps", [5, 3])
 def test_off_the_default_path_is_torchs_muon(steps):
     """newton_schulz alone is torch's Muon at any muon_orthogonalize_steps (its ns_steps); each option is ours, with
@@ -94,6 +96,7 @@ def test_float32_orthogonalisation_is_the_float64_iteration_where_bfloat16_is_no
         assert within(error), (dtype, error)
 
 
+@needs_muon
 def test_a_float32_muon_step_is_torchs_update_within_bfloat16s_rounding():
     """muon_orthogonalize_dtype=float32 is our step, which is torch's Muon op for op but for the dtype of the
     products: after 3 steps the weights differ from torch.optim.Muon's by under 3% of their change (relative
@@ -233,6 +236,7 @@ def test_aol_bounds_the_spectral_norm_by_1_and_leaves_the_singular_values_nearer
         last_four, first_four, frobenius_four)
 
 
+@needs_muon
 def test_aol_steps_with_our_muon_and_frobenius_with_torchs():
     """muon_orthogonalize_scaling=aol is our step, the scaling in its orthogonalisation (not torch's, which has
     only the Frobenius norm); the default leaves torch's Muon."""
@@ -327,6 +331,7 @@ def test_the_momentum_warmup_is_modded_nanogpts_line():
     assert muon_momentum_at(0, train_module.TrainConfig(**MUON)) == 0.95  # no warmup: muon_momentum throughout
 
 
+@needs_muon
 def test_the_warmups_momentum_reaches_muons_groups(tmp_path, char_data):
     """The step of iteration i steps with muon_momentum_at(i): after 2 iterations the groups hold step 1's."""
     result = run(tmp_path / "out", char_data, **MUON, max_iters=2, muon_momentum_warmup=4)
@@ -382,6 +387,7 @@ def test_the_saved_model_is_the_average_of_the_weights_computed_here(tmp_path, c
                                          muon_momentum_warmup=4, ema_decay=0.5, ema_start=2)],
                          ids=["polar_express", "newton_schulz_3_steps", "polar_express_3_steps", "normuon", "cautious",
                               "momentum_warmup", "ema", "float32", "aol", "all"])
+@needs_muon
 def test_resume_under_each_option_equals_an_uninterrupted_run(tmp_path, char_data, option):
     """3 steps, saved and resumed for 3 more, against 6 straight: the losses, the weights, the optimizer's state (the
     NorMuon moments among them) and the EMA, bit for bit. An EMA run's first part ends with its average as the model;
@@ -407,6 +413,7 @@ def test_resume_under_each_option_equals_an_uninterrupted_run(tmp_path, char_dat
         assert "normuon_second_moment" in a["optimizer"]["state"][0]
 
 
+@needs_muon
 def test_a_checkpoint_from_before_the_options_resumes_at_their_defaults(tmp_path, char_data, capsys):
     """Its config lacks the new fields: the resumed run is torch's Muon without warmup, EMA or mask."""
     out = tmp_path / "out"
@@ -426,6 +433,7 @@ def test_a_checkpoint_from_before_the_options_resumes_at_their_defaults(tmp_path
     assert "ema" not in resumed and resumed["config"]["ema_decay"] == 0.0
 
 
+@needs_muon
 def test_a_resume_given_other_iterations_names_them_and_steps_with_them(tmp_path, char_data, capsys):
     """The checkpoint's optimizer groups hold the run's ns_steps, and loading them would put them back: the resumed
     run steps with the iterations given, as its note says (the groups it saves hold them)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import torchrun
+from helpers import needs_fsdp, torchrun
 
 from model import GPT, GPTConfig
 from train import TrainConfig, train
@@ -70,6 +70,7 @@ def losses(out_dir: Path) -> list[float]:
     return [r["train_loss"] for r in map(json.loads, lines) if "train_loss" in r]
 
 
+@needs_fsdp
 @pytest.mark.slow
 def test_fsdp_gradients_shards_activation_checkpointing_and_a_full_state_dict(tmp_path, script_env, ends_its_threads):
     (tmp_path / "worker.py").write_text(f"CONFIG = {WORKER_CONFIG!r}\n" + WORKER)
@@ -111,6 +112,7 @@ def test_fsdp_gradients_shards_activation_checkpointing_and_a_full_state_dict(tm
     assert torch.equal(untrained.eval()(batches[0, :, :-1])[0], result["logits"])
 
 
+@needs_fsdp
 @pytest.mark.slow
 def test_fsdp_training_equals_one_process_and_resumes_exactly(tmp_path, char_data, script_env, ends_its_threads):
     torchrun([str(REPO / "train.py"), *train_argv(tmp_path / "fsdp", char_data, parallel="fsdp")], script_env,
@@ -149,6 +151,7 @@ def test_fsdp_training_equals_one_process_and_resumes_exactly(tmp_path, char_dat
     assert torch.equal(model.input_layer.wte, model_from_checkpoint(fsdp).input_layer.wte)
 
 
+@needs_fsdp
 @pytest.mark.slow
 def test_a_single_process_checkpoint_resumes_under_fsdp(tmp_path, char_data, script_env, ends_its_threads):
     train_here(tmp_path / "one", char_data)
@@ -199,6 +202,7 @@ def test_without_fsdp2_a_single_process_trains_and_fsdp_is_refused(tmp_path, cha
     assert load_checkpoint(tmp_path / "out" / "ckpt.pt")["iter_num"] == 2
 
 
+@needs_fsdp
 def test_check_sharding_refuses_float16_and_passes_what_fsdp_runs():
     from errors import UserError
     from training.parallel import check_sharding

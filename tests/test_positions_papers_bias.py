@@ -532,8 +532,9 @@ def test_fox_logits_equal_numpy_uncached_and_cached():
     normed = model.blocks[0].ln_1(model.input_layer(idx, torch.arange(12))).double().numpy()
     log_f = -np.log1p(np.exp(-(normed @ model.input_layer.fox_weight[0].double().numpy().T
                                + model.input_layer.fox_bias[0].double().numpy())))
+    # float32 sums of up to 12 terms reaching -45: a few of their last places (4e-6 there) apart from float64's
     np.testing.assert_allclose(cache.gate_sums[0][:, :, :12].double().numpy(), log_f.cumsum(1).transpose(0, 2, 1),
-                               rtol=0, atol=2e-6)
+                               rtol=4e-7, atol=2e-6)
     # the gates matter: with every gate 1 (no decay: NoPE, the same weights) the logits are others
     model.input_layer.fox_bias.fill_(30.0)
     assert np.abs(model(idx)[0].double().numpy() - expected).max() > 1e-2
