@@ -26,8 +26,8 @@ ISOLATION = {"isolate_recompiles": True} if "isolate_recompiles" in inspect.sign
 
 # Per model, held only while the model lives: the weights the frozen graphs were built from (CPU),
 _frozen_weights: "weakref.WeakKeyDictionary[GPT, list]" = weakref.WeakKeyDictionary()
-# its compiled step, GPT.decode_step unbound (a bound method would keep the model alive),
-_compiled_steps: "weakref.WeakKeyDictionary[GPT, Callable]" = weakref.WeakKeyDictionary()
+# its compiled step per device type, GPT.decode_step unbound (a bound method would keep the model alive),
+_compiled_steps: "weakref.WeakKeyDictionary[GPT, dict[str, Callable]]" = weakref.WeakKeyDictionary()
 # and, on a torch without isolate_recompiles, the one model whose graphs the compiler holds.
 _holding: list[weakref.ref] = []
 
@@ -78,11 +78,12 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
         if _frozen_weights.get(model, weights) != weights:
             torch.compiler.reset()
         _frozen_weights[model] = weights
-    step = _compiled_steps.get(model)
-    if step is None:
+    steps = _compiled_steps.setdefault(model, {})
+    if device.type not in steps:
         mode = "reduce-overhead" if device.type == "cuda" else "default"
-        step = _compiled_steps[model] = (compile_frozen_step() if device.type == "cpu" else torch.compile(
+        steps[device.type] = (compile_frozen_step() if device.type == "cpu" else torch.compile(
             GPT.decode_step, mode=mode, fullgraph=True, dynamic=False, **ISOLATION))
+    step = steps[device.type]
     return frozen(model, step) if device.type == "cpu" else functools.partial(step, model)
 
 
