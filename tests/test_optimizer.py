@@ -15,6 +15,7 @@ import shutil
 import pytest
 import torch
 from helpers import (
+    REPO,
     assert_one_line_error,
     assert_same_state,
     cli,
@@ -316,8 +317,13 @@ def test_continuing_a_run_under_the_other_optimizer_names_both(tmp_path, char_da
 def test_a_torch_without_muon_is_one_line(tmp_path, char_data, capsys, monkeypatch):
     monkeypatch.delattr(torch.optim, "Muon", raising=False)  # before torch 2.9 it is not there
     code, out, err = cli(train_module.main, flags(tmp_path / "out", char_data, optimizer="muon"), capsys)
-    assert_one_line_error(code, out, err, "optimizer='muon' needs torch 2.9 or newer", "--optimizer=adamw")
+    assert_one_line_error(code, out, err, "optimizer='muon' needs torch 2.9 or newer", "--optimizer=adamw with "
+                          "Muon's settings dropped, or nanoGPT's recipe (config/speedrun_cpu_baseline.py)")
     assert not (tmp_path / "out" / "ckpt.pt").exists()
+    # the recipe it names trains with AdamW, and with the quick start's data (the README says so for old torch)
+    config, _ = parse_options([str(REPO / "config" / "speedrun_cpu_baseline.py"), "--dataset=python_docs_char"],
+                              (TrainConfig, GPTConfig), "train.py", "")
+    assert config.optimizer == "adamw"
 
 
 @needs_fsdp

@@ -123,7 +123,8 @@ def check_optimizer_here(optimizer: str, sharded: bool) -> None:
         return
     if not hasattr(torch.optim, "Muon"):
         raise UserError(f"optimizer='muon' needs torch {MUON_TORCH} or newer (torch.optim.Muon), but this is "
-                        f"torch {torch.__version__}; upgrade torch, or use --optimizer=adamw")
+                        f"torch {torch.__version__}; upgrade torch, or train with AdamW: --optimizer=adamw with "
+                        "Muon's settings dropped, or nanoGPT's recipe (config/speedrun_cpu_baseline.py)")
     if sharded:
         # Muon orthogonalises each whole matrix; under FSDP each process holds a slice of it (a DTensor), and
         # neither that nor the optimizer state gathered for ckpt.pt has been tried here.
