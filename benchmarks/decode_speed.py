@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 from benchmarks.common import BenchConfig, bench_clock, figure, seconds
 from errors import UserError
-from gpt.fast_decode import FROZEN_STEP_OPTIONS, compile_frozen_step, compiled_decode_step, frozen
+from gpt.fast_decode import FROZEN_STEP_OPTIONS, ISOLATION, compile_frozen_step, compiled_decode_step, frozen
 from gpt.generate import generate
 from model import GPT, GPTConfig
 from train import TrainConfig
@@ -193,7 +193,7 @@ def bench_step_variants(bench: BenchConfig, config: TrainConfig, model_config: G
     (measured): the median seconds a call, and each against the shipped one as a ratio of the two medians.
     """
     device = choose_device(config.device)
-    if device.type != "cpu" or "isolate_recompiles" not in FROZEN_STEP_OPTIONS:
+    if device.type != "cpu" or not ISOLATION:
         raise UserError("--what=step times the frozen CPU decode step's variants side by side, which needs "
                         "--device=cpu and a torch with torch.compile(isolate_recompiles=...) (2.13); use --what=sample")
     model = decode_model(bench, config, model_config, device)

@@ -73,18 +73,19 @@ def compiled_decode_step(model: GPT) -> DecodeStep:
         if _holding and _holding[0]() is not model:
             torch.compiler.reset()
         _holding[:] = [weakref.ref(model)]
+    steps = _compiled_steps.setdefault(model, {})
     if device.type == "cpu":
         weights = [(t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers())]
         if _frozen_weights.get(model, weights) != weights:
             torch.compiler.reset()
         _frozen_weights[model] = weights
-    steps = _compiled_steps.setdefault(model, {})
+        if "cpu" not in steps:
+            steps["cpu"] = compile_frozen_step()
+        return frozen(model, steps["cpu"])
     if device.type not in steps:
         mode = "reduce-overhead" if device.type == "cuda" else "default"
-        steps[device.type] = (compile_frozen_step() if device.type == "cpu" else torch.compile(
-            GPT.decode_step, mode=mode, fullgraph=True, dynamic=False, **ISOLATION))
-    step = steps[device.type]
-    return frozen(model, step) if device.type == "cpu" else functools.partial(step, model)
+        steps[device.type] = torch.compile(GPT.decode_step, mode=mode, fullgraph=True, dynamic=False, **ISOLATION)
+    return functools.partial(steps[device.type], model)
 
 
 def compile_frozen_step(options: dict | None = None) -> Callable:

@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 # ---- what an older torch lacks: train.py refuses it in one line there (tested), and the tests that use it skip
 
 TORCH = tuple(int(part) for part in torch.__version__.split(".")[:2])  # (2, 13) for 2.13.0+cpu
-needs_muon = pytest.mark.skipif(not hasattr(torch.optim, "Muon"),
+HAS_MUON = hasattr(torch.optim, "Muon")
+needs_muon = pytest.mark.skipif(not HAS_MUON,
                                 reason=f"--optimizer=muon needs torch {MUON_TORCH} (torch.optim.Muon)")
 needs_fsdp = pytest.mark.skipif(FSDPModule is None,
                                 reason=f"--parallel=fsdp needs torch {FSDP_TORCH} (torch.distributed.fsdp.fully_shard)")

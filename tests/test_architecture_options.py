@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import BLOCK, VOCAB, max_abs, random_ids, resumed_as_one_run, run, tiny_config, tiny_model
+from helpers import BLOCK, HAS_MUON, VOCAB, max_abs, random_ids, resumed_as_one_run, run, tiny_config, tiny_model
 from torch.nn import functional as F
 
 from errors import UserError
@@ -291,7 +291,7 @@ def test_a_zero_head_starts_at_zero_and_leaves_every_other_weight():
 
 def test_the_untied_head_trains_at_its_own_rate_as_scheduled():
     model = GPT(tiny_config("learned", tie_head=False))
-    for optimizer in ("adamw", "muon") if hasattr(torch.optim, "Muon") else ("adamw",):  # Muon: torch 2.9
+    for optimizer in ("adamw", "muon") if HAS_MUON else ("adamw",):  # Muon: torch 2.9
         config = TrainConfig(optimizer=optimizer, learning_rate=1e-3, head_learning_rate=4e-3)
         built = build_optimizer(model, config, "cpu")
         heads = [g for g in built.param_groups if any(p is model.lm_head.weight for p in g["params"])]
