@@ -247,7 +247,7 @@ def decode_run(check: Check, path: str, weights_dtype: torch.dtype = torch.float
     with autocast_context(device, run_dtype):
         step_rate, floor_rate = decode_step_rate(model, step, time.perf_counter, floor)
     bandwidth = copy_bandwidth(device, 1024 if device.type == "cuda" else 64)
-    bound = bandwidth_floor(model, run_dtype, bandwidth)
+    bound = bandwidth_floor(model, weights_dtype, bandwidth)  # the weights as stored: a step reads them all
     values = {"step_tokens_per_s": step_rate, "matmul_floor_tokens_per_s": floor_rate,
               "of_matmul_floor": step_rate / floor_rate, "copy_bytes_per_s": bandwidth,
               "bandwidth_floor_tokens_per_s": bound, "of_bandwidth_floor": step_rate / bound,

@@ -59,6 +59,18 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def tf32_left_as_found():
+    """train() on CUDA turns TF32 matmuls on for the whole process (train.py's set_up) and leaves them on: each test
+    gets the flags back as it found them, so that a float32 comparison on a GPU (1e-4 against a float64 forward)
+    does not run in TF32 (~1e-3) because a training test ran before it in the same worker."""
+    import torch
+
+    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+
+
 @pytest.fixture(scope="session")
 def corpus_text() -> str:
     """The corpus every test that needs real text reads (CORPUS)."""

@@ -414,6 +414,28 @@ def test_get_batch_targets_are_inputs_shifted_by_one(char_data):
     assert torch.equal(x[:, 1:], y[:, :-1])
 
 
+def test_get_batch_for_a_gpu_pins_contiguous_tensors(char_data, monkeypatch):
+    """On CUDA each batch is pinned and copied with non_blocking: only a contiguous pinned tensor goes to the GPU
+    as one asynchronous copy; a strided one (x and y are views of one window) is first copied again into
+    pageable memory by torch's copy. Without a GPU here, pin_memory and the copy are stood in for."""
+    pinned, moved = [], []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a: pinned.append(self.is_contiguous()) or self)
+    real_to = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        if args and isinstance(args[0], torch.device) and args[0].type == "cuda":
+            moved.append((self.is_contiguous(), kwargs.get("non_blocking")))
+            return self
+        return real_to(self, *args, **kwargs)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    data = load_split(char_data, "train", 16)
+    offsets = torch.tensor([0, 5, 1234])
+    x, y = get_batch(data, offsets, 16, torch.device("cuda"))
+    cpu_x, cpu_y = get_batch(data, offsets, 16, torch.device("cpu"))
+    assert torch.equal(x, cpu_x) and torch.equal(y, cpu_y)
+    assert pinned == [True, True] and moved == [(True, True), (True, True)]
+
+
 def test_sample_offsets_cover_every_valid_start():
     generator = torch.Generator().manual_seed(0)
     offsets = sample_offsets(21, 16, 2000, generator)  # starts 0..4: the last target is token 20

@@ -125,3 +125,14 @@ def test_train_says_a_busy_cpu_to_a_terminal_only(monkeypatch, tmp_path, char_da
     run(tmp_path / "terminal", char_data, max_iters=1, lr_decay_iters=1, warmup_iters=0)
     [note] = [line for line in capsys.readouterr().err.splitlines() if "this CPU is busy" in line]
     assert note.startswith("note: this CPU is busy (load average 5.0")
+
+
+# Two tests in this order (one file runs in one worker, in order): the first turns TF32 on as train() does on
+# CUDA; the second must find it as every test starts (conftest.tf32_left_as_found), not as the first left it.
+def test_a_test_may_turn_tf32_on_as_train_does_on_cuda():
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def test_the_next_test_finds_tf32_matmuls_off_again():
+    assert torch.backends.cuda.matmul.allow_tf32 is False

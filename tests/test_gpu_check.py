@@ -8,6 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 import bench
 from benchmarks import gpu_check
@@ -53,6 +54,25 @@ def test_the_cpu_check_reports_mfu_against_its_peak_and_skips_what_needs_cuda(tm
     assert "| decode_cuda_graphs | skipped |  | CUDA graphs need a CUDA device; this run's device is cpu |" in summary
     with pytest.raises(UserError, match="already exists; give a new folder"):  # a report is never overwritten
         run_check(tmp_path / "check", char_data, "device")
+
+
+def test_the_bandwidth_floor_counts_the_weights_in_the_dtype_they_are_stored_in(tmp_path, monkeypatch):
+    """decode_cuda_graphs runs bfloat16 autocast over float32 weights: every step reads each weight's 4 bytes (and
+    casts them), so its floor counts 4 bytes a weight, not the 2 of the matmuls' dtype. Autocast in bfloat16 as on
+    a GPU (here on the CPU), at a copy bandwidth of 1 GB/s."""
+    from model import GPT
+
+    monkeypatch.setattr(gpu_check, "choose_dtype", lambda name, device: torch.bfloat16)
+    monkeypatch.setattr(gpu_check, "copy_bandwidth", lambda device, megabytes: 1e9)
+    check = gpu_check.Check(BenchConfig(what="gpu_check", max_new_tokens=4), torch.device("cpu"), "unused",
+                            tmp_path)
+    values = gpu_check.decode_run(check, "cached")["values"]
+    assert (values["weights"], values["matmuls"]) == ("float32", "bfloat16")
+    shape = {k: v for k, v in gpu_check.CPU_SHAPE.items() if k != "batch_size"}
+    model = GPT(GPTConfig(**shape, vocab_size=gpu_check.GPT2_VOCAB))
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    cache = 2 * shape["n_layer"] * (shape["block_size"] // 2) * shape["n_embd"] * 4  # float32, half-way
+    assert values["bandwidth_floor_tokens_per_s"] == pytest.approx(1e9 / (4 * weights + cache))
 
 
 def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, char_data, monkeypatch):

@@ -365,5 +365,9 @@ def get_batch(data: np.ndarray, offsets: torch.Tensor, block_size: int, device: 
     windows = torch.from_numpy(windows.astype(np.int64))
     x, y = windows[:, :-1], windows[:, 1:]
     if device.type == "cuda":  # pinned memory lets the copy overlap with the GPU's work
+        # Contiguous first: x and y are strided views of windows, which pin_memory keeps strided, and the copy of a
+        # strided tensor to the GPU goes through a contiguous copy in pageable memory (a blocking copy after a
+        # stream sync, the pinned buffer unused).
+        x, y = x.contiguous(), y.contiguous()
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
