@@ -13,7 +13,8 @@ from text.bpe_train import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings", "nanogpt", "muon", "gpu_check")
 # The settings of --what=gpu_check alone, and those it reads beside them (the rest do nothing there and are refused).
 GPU_CHECK_ONLY = ("out", "sections", "isolate", "check_seconds")
-GPU_CHECK_READS = ("what", "bench_steps", "warmup_steps", "max_new_tokens", "figures_file", "device", "dataset")
+GPU_CHECK_READS = ("what", "bench_steps", "warmup_steps", "max_new_tokens", "figures_file", "device", "dataset",
+                   "nanogpt_dir")
 
 
 @dataclass
@@ -27,7 +28,7 @@ class BenchConfig:
     sample_batch: int = 8  # the larger batch of the decoding benchmark
     sample_vocab_size: int = 65  # vocabulary of the random decoding model
     clock: str = "wall"  # wall | cpu: this process's CPU time, steadier on a shared machine (with OMP_NUM_THREADS=1)
-    nanogpt_dir: str = ""  # a checkout of karpathy/nanoGPT: its model and optimizer (nanogpt: train.py) timed beside
+    nanogpt_dir: str = ""  # a nanoGPT checkout: its model and optimizer (nanogpt, gpu_check: its train.py) timed beside
     repeats: int = 3  # separate processes, each the whole benchmark; every figure is their median (min-max)
     figures_file: str = ""  # set by --repeats for each of its processes: write the figures there as JSON
     input: str = ""  # --what=tokenizer: the UTF-8 text to measure on (required there)

@@ -37,11 +37,12 @@ from benchmarks.decode_speed import (
     decode_step_rate,
     floor_pass,
 )
+from benchmarks.nanogpt_train import STEP_LINE
 from benchmarks.train_speed import BareLoop, Variant, data_sheet_peak, matmul_peak
 from errors import OptionError, UserError
 from files import write_atomic
 from gpt.fast_decode import compiled_decode_step
-from model import GPTConfig, has_fused_adamw
+from model import GPT, GPTConfig, has_fused_adamw
 from options import parse_options, without_flags
 from text.dataset import resolve_data_dir
 from train import TrainConfig, tokens_per_iter, train, training_dtype
@@ -69,7 +70,7 @@ class Check:
 class Section:
     run: Callable[[Check], dict]  # {"line": its result in one line, "values": {...}[, "failed": its error line]}
     seconds: float  # its time limit (cut to what is left of --check_seconds)
-    needs_cuda: str = ""  # why it cannot run without CUDA (skipped there with this reason); empty: runs anywhere
+    unable: Callable[[Check], str] = lambda check: ""  # why it cannot run in this check (skipped), or ""
 
 
 class SectionTimeout(Exception):
@@ -124,10 +125,16 @@ def gpu_tests_section(check: Check) -> dict:
     """python -m pytest -m gpu, its output in gpu_tests.txt: the counts, and each failing test's line. Tests are
     spread one by one over pytest-xdist's workers (--dist=load), not file by file: the gpu tests are in a few files."""
     output_file = check.folder / "gpu_tests.txt"
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "--dist=load", "--durations=5", "-p",
-               "no:cacheprovider"]
+    # At most 8 workers on the one GPU, and the cores shared among their compilers: a worker per core of a 16-core
+    # machine, each compiling in a pool of 16 processes (inductor's default), would start 256 compiler processes.
+    cores = os.cpu_count() or 1
+    workers = min(8, cores)
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", f"--numprocesses={workers}", "--dist=load",
+               "--durations=5", "-p", "no:cacheprovider"]
+    environment = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, cores // workers))}
     with output_file.open("w") as output:
-        status = subprocess.run(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT).returncode
+        status = subprocess.run(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT,
+                                env=environment).returncode
     text = output_file.read_text(errors="replace")
     counts = pytest_counts(text)
     failing = [line for line in text.splitlines() if line.startswith(("FAILED ", "ERROR "))]
@@ -220,6 +227,54 @@ def train_124m_section(check: Check) -> dict:
     return {"line": line, "values": values}
 
 
+def nanogpt_124m_section(check: Check) -> dict:
+    """nanoGPT's own train.py (--nanogpt_dir) on train_124m's shape and batch (GPT-2's biases, which nanoGPT leaves
+    out by default; compiled in bfloat16 on a GPU, eager in float32 on a CPU), on random tokens below GPT-2's 50,257
+    in a data folder of its own (no meta.pkl: it builds its 50,304-token head, as train_124m). Tokens/s of the median
+    step after the warmup, from the step times it prints (--log_interval=1: its loss.item() ends each step's time),
+    and its FLOP/s counted by this repository's formula for the same shape: its MFU against the measured peak, not
+    the A100's that it prints. Its steps draw their batches from the data (ours repeat one), as its train.py does."""
+    cuda = check.device.type == "cuda"
+    config, model_config, _ = train_settings(check, GPT2_CONFIG, compile=cuda,
+                                             gradient_accumulation_steps=4 if cuda else 1)
+    model_config = replace(model_config, vocab_size=GPT2_VOCAB)
+    steps, dtype = config.max_iters, training_dtype(config, check.device)[0]
+    nanogpt_dir = Path(check.bench.nanogpt_dir).resolve()
+    settings = {"batch_size": config.batch_size, "gradient_accumulation_steps": config.gradient_accumulation_steps,
+                "compile": config.compile, **{name: getattr(model_config, name) for name in
+                                              ("block_size", "n_layer", "n_head", "n_embd", "bias", "dropout")},
+                "device": str(check.device), "dtype": dtype_name(dtype), "max_iters": steps, "eval_interval": 10**9,
+                "eval_iters": 1, "log_interval": 1, "always_save_checkpoint": False, "wandb_log": False,
+                "dataset": "gpu_check", "out_dir": "out"}
+    with tempfile.TemporaryDirectory() as directory:  # its working folder: data/gpu_check/ and configurator.py
+        work = Path(directory)
+        (work / "data" / "gpu_check").mkdir(parents=True)
+        tokens = torch.randint(50257, (64 * model_config.block_size * config.batch_size,),
+                               generator=torch.Generator().manual_seed(0))
+        for split in ("train.bin", "val.bin"):
+            (work / "data" / "gpu_check" / split).write_bytes(tokens.numpy().astype("uint16").tobytes())
+        (work / "configurator.py").symlink_to(nanogpt_dir / "configurator.py")
+        command = [sys.executable, str(nanogpt_dir / "train.py"), *(f"--{k}={v}" for k, v in settings.items())]
+        done = subprocess.run(command, cwd=work, capture_output=True, text=True)
+    print(done.stdout + done.stderr, flush=True)  # into the section's log
+    times = {int(step): float(ms) / 1000 for step, ms in STEP_LINE.findall(done.stdout)}
+    if done.returncode or sorted(times)[:steps] != list(range(steps)):
+        last = next((line for line in reversed((done.stdout + done.stderr).splitlines()) if line.strip()), "")
+        raise RuntimeError(f"nanoGPT's train.py exited {done.returncode} after printing {len(times)} of "
+                           f"{steps} steps: {last}")
+    rate = tokens_per_iter(config, model_config) / statistics.median(
+        times[i] for i in range(check.bench.warmup_steps, steps))
+    with torch.device("meta"):  # the FLOP count of the shape, without its weights
+        flops = GPT(model_config).flops_per_token(model_config.block_size)
+    values = {"tokens_per_s": rate, "achieved_flops": rate * flops, "first_step_s": times[0], "steps": steps,
+              "dtype": dtype_name(dtype), "compile": config.compile, "nanogpt_dir": str(nanogpt_dir),
+              "settings": " ".join(command[2:])}
+    line = (f"{rate:,.0f} tokens/s (nanoGPT's train.py, {dtype_name(dtype)}, "
+            f"{'compiled' if config.compile else 'eager'}, {tokens_per_iter(config, model_config):,} tokens a step; "
+            f"first step {times[0]:.1f} s)" + cpu_note(check))
+    return {"line": line, "values": values}
+
+
 # ---- 4. decoding ----------------------------------------------------------------------------------------------------
 
 
@@ -276,17 +331,30 @@ def decode_run(check: Check, path: str, weights_dtype: torch.dtype = torch.float
     return {"line": line, "values": values}
 
 
-CUDA_GRAPHS = "CUDA graphs need a CUDA device"
-SECTIONS = {  # name: the section, in the order they run; the limits are a GPU's (H200: see docs/benchmarks.md)
+def without_cuda_graphs(check: Check) -> str:
+    return "" if check.device.type == "cuda" else f"CUDA graphs need a CUDA device; this run's device is {check.device}"
+
+
+def without_nanogpt(check: Check) -> str:
+    return "" if check.bench.nanogpt_dir else ("no --nanogpt_dir: give a checkout of karpathy/nanoGPT to time its "
+                                               "train.py beside train_124m")
+
+
+# name: the section, in the order they run, which is the order of what a GPU lent for minutes must give first: the
+# peak, the figures issue 55's goals name (the 124M step's MFU beside nanoGPT's, the CUDA-graph decode against its
+# floor), the gpu tests, then the rest. The limits are a GPU's (H200: see docs/benchmarks.md).
+SECTIONS = {
     "device": Section(device_section, 90),
+    "train_124m": Section(train_124m_section, 180),
+    "nanogpt_124m": Section(nanogpt_124m_section, 150, without_nanogpt),
+    "decode_cuda_graphs": Section(lambda check: decode_run(check, "graphs"), 150, without_cuda_graphs),
     "gpu_tests": Section(gpu_tests_section, 240),
+    "decode_cuda_graphs_bf16": Section(lambda check: decode_run(check, "graphs", torch.bfloat16), 150,
+                                       without_cuda_graphs),
     "train_baby": Section(lambda check: train_run(check, compile=False), 90),
     "train_baby_compiled": Section(lambda check: train_run(check, compile=True), 150),
-    "train_124m": Section(train_124m_section, 180),
     "decode_cached": Section(lambda check: decode_run(check, "cached"), 90),
     "decode_compiled": Section(lambda check: decode_run(check, "compiled"), 150),
-    "decode_cuda_graphs": Section(lambda check: decode_run(check, "graphs"), 150, CUDA_GRAPHS),
-    "decode_cuda_graphs_bf16": Section(lambda check: decode_run(check, "graphs", torch.bfloat16), 150, CUDA_GRAPHS),
 }
 
 
@@ -422,8 +490,12 @@ def check_options(bench: BenchConfig, chosen: set[str]) -> None:
     unused = sorted(chosen - set(GPU_CHECK_ONLY) - set(GPU_CHECK_READS))
     if unused:
         raise OptionError(f"--what=gpu_check trains and decodes shapes of its own; {', '.join(unused)} would do "
-                          f"nothing (it reads --device, --dataset, --bench_steps, --warmup_steps, --max_new_tokens and "
-                          f"{', '.join('--' + name for name in GPU_CHECK_ONLY)})")
+                          f"nothing (it reads --device, --dataset, --bench_steps, --warmup_steps, --max_new_tokens, "
+                          f"--nanogpt_dir and {', '.join('--' + name for name in GPU_CHECK_ONLY)})")
+    missing = [name for name in ("train.py", "configurator.py") if not (Path(bench.nanogpt_dir) / name).is_file()]
+    if bench.nanogpt_dir and missing:
+        raise OptionError(f"nanogpt_dir={bench.nanogpt_dir!r} has no {' or '.join(missing)}; give a checkout of "
+                          "karpathy/nanoGPT, or leave --nanogpt_dir out to skip the nanogpt_124m section")
     unknown = [name for name in bench.sections if name not in SECTIONS]
     if unknown:
         raise OptionError(f"sections={','.join(unknown)}: no such section; the sections are {','.join(SECTIONS)}")
@@ -455,8 +527,8 @@ def gpu_check(bench: BenchConfig, config: TrainConfig, chosen: set[str], argv: l
             left = bench.check_seconds - (time.monotonic() - started)
             if bench.sections and name not in bench.sections:
                 record = {"status": "skipped", "reason": "not in --sections"}
-            elif section.needs_cuda and device.type != "cuda":
-                record = {"status": "skipped", "reason": f"{section.needs_cuda}; this run's device is {device}"}
+            elif reason := section.unable(check):
+                record = {"status": "skipped", "reason": reason}
             elif left < 1:
                 record = {"status": "skipped", "reason": f"out of time (--check_seconds={bench.check_seconds:.0f})"}
             else:

@@ -32,7 +32,7 @@ def test_the_cpu_check_reports_mfu_against_its_peak_and_skips_what_needs_cuda(tm
     sections = report["sections"]
     assert list(sections) == list(gpu_check.SECTIONS)  # every section, in order, each with its status
     assert [name for name, r in sections.items() if r["status"] == "ok"] == [
-        "device", "train_baby", "train_124m", "decode_cached"]
+        "device", "train_124m", "train_baby", "decode_cached"]
     peak = sections["device"]["values"]["peak_flops"]
     assert peak > 0 and sections["device"]["values"]["dtype"] == "float32"
     for name in ("train_baby", "train_124m"):
@@ -50,7 +50,7 @@ def test_the_cpu_check_reports_mfu_against_its_peak_and_skips_what_needs_cuda(tm
         assert sections[name]["status"] == "skipped"
     assert sections["decode_cuda_graphs"]["reason"] == "CUDA graphs need a CUDA device; this run's device is cpu"
     assert sections["gpu_tests"]["reason"] == "not in --sections"
-    assert "4 ok, 0 failed, 5 skipped" in summary and "Failed:" not in summary
+    assert "4 ok, 0 failed, 6 skipped" in summary and "Failed:" not in summary
     assert "| decode_cuda_graphs | skipped |  | CUDA graphs need a CUDA device; this run's device is cpu |" in summary
     with pytest.raises(UserError, match="already exists; give a new folder"):  # a report is never overwritten
         run_check(tmp_path / "check", char_data, "device")
@@ -73,6 +73,85 @@ def test_the_bandwidth_floor_counts_the_weights_in_the_dtype_they_are_stored_in(
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     cache = 2 * shape["n_layer"] * (shape["block_size"] // 2) * shape["n_embd"] * 4  # float32, half-way
     assert values["bandwidth_floor_tokens_per_s"] == pytest.approx(1e9 / (4 * weights + cache))
+
+
+# Stands in for nanoGPT's train.py: keeps what it was given (its settings, the tokens of its data folder, whether
+# a meta.pkl and its configurator.py are there) and prints steps 0..max_iters as nanoGPT does, step i taking
+# (i + 1)² x 100 ms, or fails where FAIL is set.
+NANOGPT_STAND_IN = """
+import json, os, sys
+from pathlib import Path
+import numpy as np
+if os.environ.get("FAIL"):
+    sys.exit("no CUDA GPUs are available")
+settings = dict(arg[2:].split("=", 1) for arg in sys.argv[1:])
+data = Path("data") / settings["dataset"]
+tokens = np.fromfile(data / "train.bin", dtype=np.uint16)
+Path(os.environ["GIVEN"]).write_text(json.dumps({"settings": settings, "max_token": int(tokens.max()),
+    "tokens": len(tokens), "meta": (data / "meta.pkl").exists(), "configurator": Path("configurator.py").is_file()}))
+for i in range(int(settings["max_iters"]) + 1):
+    print(f"iter {i}: loss 10.9000, time {(i + 1) ** 2 * 100.0:.2f}ms, mfu -100.00%")
+"""
+
+
+def test_nanogpts_train_py_is_timed_on_the_124m_sections_shape_and_counted_by_our_formula(tmp_path, char_data,
+                                                                                          monkeypatch):
+    nanogpt = tmp_path / "nanoGPT"
+    nanogpt.mkdir()
+    (nanogpt / "train.py").write_text(NANOGPT_STAND_IN)
+    (nanogpt / "configurator.py").write_text("")
+    monkeypatch.setenv("GIVEN", str(tmp_path / "given.json"))
+    report, summary = run_check(tmp_path / "check", char_data, "device,train_124m,nanogpt_124m", "--isolate=False",
+                                f"--nanogpt_dir={nanogpt}", "--bench_steps=3")
+    ours, theirs = report["sections"]["train_124m"]["values"], report["sections"]["nanogpt_124m"]["values"]
+    given = json.loads((tmp_path / "given.json").read_text())
+    shape = gpu_check.CPU_SHAPE
+    assert given["settings"] | {"out_dir": "x"} == {
+        "batch_size": "4", "gradient_accumulation_steps": "1", "compile": "False", "block_size": "32", "n_layer": "2",
+        "n_head": "2", "n_embd": "32", "bias": "True", "dropout": "0.0", "device": "cpu", "dtype": "float32",
+        "max_iters": "4", "eval_interval": str(10**9), "eval_iters": "1", "log_interval": "1",
+        "always_save_checkpoint": "False", "wandb_log": "False", "dataset": "gpu_check", "out_dir": "x"}
+    assert given["max_token"] < 50257 and given["tokens"] > shape["block_size"] * shape["batch_size"]
+    assert not given["meta"] and given["configurator"]  # no meta.pkl: nanoGPT builds its 50,304-token head
+    # steps 1 to 3 are timed after the one warm-up step: 400, 900 and 1600 ms, their median 900 ms
+    assert theirs["tokens_per_s"] == pytest.approx(shape["batch_size"] * shape["block_size"] / 0.9)
+    assert theirs["first_step_s"] == pytest.approx(0.1) and theirs["steps"] == 4
+    # the same FLOPs a token as train_124m's model (PaLM's count, written out in the first test)
+    assert theirs["achieved_flops"] / theirs["tokens_per_s"] == pytest.approx(
+        ours["achieved_flops"] / ours["tokens_per_s"])
+    assert theirs["mfu"] == pytest.approx(theirs["achieved_flops"] / report["sections"]["device"]["values"][
+        "peak_flops"])
+    assert "| nanogpt_124m | ok |" in summary and "142 tokens/s (nanoGPT's train.py, float32, eager" in summary
+
+    monkeypatch.setenv("FAIL", "1")
+    report, summary = run_check(tmp_path / "again", char_data, "nanogpt_124m", "--isolate=False",
+                                f"--nanogpt_dir={nanogpt}")
+    assert report["sections"]["nanogpt_124m"]["error"] == (
+        "RuntimeError: nanoGPT's train.py exited 1 after printing 0 of 3 steps: no CUDA GPUs are available")
+
+
+def test_without_a_nanogpt_checkout_its_section_says_how_to_run_it(tmp_path, char_data):
+    report, _ = run_check(tmp_path / "check", char_data, "nanogpt_124m", "--isolate=False")
+    assert report["sections"]["nanogpt_124m"] == {
+        "status": "skipped", "reason": "no --nanogpt_dir: give a checkout of karpathy/nanoGPT to time its train.py "
+                                       "beside train_124m"}
+
+
+def test_the_gpu_tests_run_on_at_most_8_workers_sharing_the_cores_among_their_compilers(tmp_path, monkeypatch):
+    calls = []
+
+    def run(command, **kwargs):
+        calls.append((command, kwargs["env"]))
+        raise KeyboardInterrupt  # the command is all this test wants
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", run)
+    for cores, workers, threads in ((16, 8, 2), (2, 2, 1), (64, 8, 8)):
+        monkeypatch.setattr(gpu_check.os, "cpu_count", lambda cores=cores: cores)
+        with pytest.raises(KeyboardInterrupt):
+            gpu_check.gpu_tests_section(SimpleNamespace(folder=tmp_path))
+        command, environment = calls.pop()
+        assert f"--numprocesses={workers}" in command
+        assert environment["TORCHINDUCTOR_COMPILE_THREADS"] == str(threads)
 
 
 def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, char_data, monkeypatch):
@@ -137,6 +216,8 @@ def test_pytest_counts_are_read_from_its_last_summary_line(output, counts):
     (["--what=gpu_check", "--n_layer=4"], "n_layer would do nothing"),
     (["--what=gpu_check", "--sections=device,decode"], "sections=decode: no such section"),
     (["--what=gpu_check", "--check_seconds=0"], "check_seconds=0.0 must be"),
+    (["--what=gpu_check", "--nanogpt_dir=."], "nanogpt_dir='.' has no train.py or configurator.py; give a checkout of "
+                                             "karpathy/nanoGPT, or leave --nanogpt_dir out"),
     (["--what=train", "--out=x"], "out: settings of --what=gpu_check"),
 ])
 def test_options_the_check_would_not_read_are_refused_before_it_starts(argv, message, tmp_path, monkeypatch):
