@@ -59,16 +59,23 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(autouse=True)
-def tf32_left_as_found():
-    """train() on CUDA turns TF32 matmuls on for the whole process (train.py's set_up) and leaves them on: each test
-    gets the flags back as it found them, so that a float32 comparison on a GPU (1e-4 against a float64 forward)
-    does not run in TF32 (~1e-3) because a training test ran before it in the same worker."""
+@pytest.fixture(scope="session")
+def tf32_at_start() -> tuple[bool, bool]:
+    """torch's TF32 flags as this worker starts (before any fixture of a narrower scope trains)."""
     import torch
 
-    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+@pytest.fixture(autouse=True)
+def tf32_as_at_start(tf32_at_start):
+    """train() on CUDA turns TF32 matmuls on for the whole process (train.py's set_up) and leaves them on: after
+    each test the flags are as the worker started, so that a float32 comparison on a GPU (1e-4 against a float64
+    forward) does not run in TF32 (~1e-3) because a test, or a module fixture, trained before it in this worker."""
+    import torch
+
     yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32_at_start
 
 
 @pytest.fixture(scope="session")

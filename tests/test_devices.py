@@ -127,12 +127,19 @@ def test_train_says_a_busy_cpu_to_a_terminal_only(monkeypatch, tmp_path, char_da
     assert note.startswith("note: this CPU is busy (load average 5.0")
 
 
-# Two tests in this order (one file runs in one worker, in order): the first turns TF32 on as train() does on
-# CUDA; the second must find it as every test starts (conftest.tf32_left_as_found), not as the first left it.
-def test_a_test_may_turn_tf32_on_as_train_does_on_cuda():
+@pytest.fixture(scope="module")
+def trained_in_a_module_fixture():
+    """As a module fixture that calls train() on CUDA leaves the flags: it runs before the test's own fixtures."""
     torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+
+
+# Two tests in this order (one file runs in one worker, in order): the first turns TF32 on as train() does on
+# CUDA, in a module fixture and in its body; the second must find it as the worker started
+# (conftest.tf32_as_at_start), not as the first left it.
+def test_a_test_may_turn_tf32_on_as_train_does_on_cuda(trained_in_a_module_fixture):
+    assert torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
 
 
 def test_the_next_test_finds_tf32_matmuls_off_again():
-    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is True  # torch's own
