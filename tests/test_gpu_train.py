@@ -85,7 +85,19 @@ def test_muon_under_bf16_autocast_learns_and_follows_fp32(tmp_path, char_data, m
     assert abs(np.mean(losses[-10:]) - np.mean(muon_fp32_losses[-10:])) < 0.05
 
 
-def test_a_muon_run_resumed_on_the_gpu_continues_it(tmp_path, char_data):
+@pytest.fixture
+def deterministic_attention():
+    """Attention by SDPA's math path, whose backward is deterministic: float32 attention on CUDA otherwise takes the
+    memory-efficient kernel, whose backward may sum its key splits in another order each run (it does so
+    deterministically only under torch.use_deterministic_algorithms), which would move two runs apart however
+    exactly a resume restored the state."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        yield
+
+
+def test_a_muon_run_resumed_on_the_gpu_continues_it(tmp_path, char_data, deterministic_attention):
     """Muon's momentum and AdamW's moments come back from ckpt.pt on CUDA: 30 steps, then a resume to 60, give the
     uninterrupted run's losses (a cosine over 60 steps in both, which the first 30 follow; to 1e-5: cuBLAS may
     choose other kernels in a new run, bit for bit is the CPU's test, test_optimizer.py)."""
@@ -100,7 +112,7 @@ OPTIONS = dict(muon_orthogonalize="polar_express", normuon=True, cautious_weight
                ema_decay=0.9, ema_start=20)  # the speedruns' optimizer options all on (test_optimizer_options.py)
 
 
-def test_the_optimizer_options_learn_and_resume_on_the_gpu(tmp_path, char_data):
+def test_the_optimizer_options_learn_and_resume_on_the_gpu(tmp_path, char_data, deterministic_attention):
     """Our Muon step (Polar Express, NorMuon, cautious decay; its iteration in bfloat16) and the EMA on CUDA: the loss
     falls as the plain Muon run's does, and 30 steps then a resume to 60 give the uninterrupted run's losses (to 1e-5,
     as above; bit for bit is the CPU's test) and its average."""
