@@ -14,6 +14,7 @@ WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings", "nanogpt",
 # The settings of --what=gpu_check alone, and those it reads beside them (the rest do nothing there and are refused).
 GPU_CHECK_ONLY = ("out", "sections", "isolate", "check_seconds")
 GPU_CHECK_READS = ("what", "bench_steps", "warmup_steps", "max_new_tokens", "figures_file", "device", "dataset")
+TOKENIZER_ONLY = ("input", "vocab_sizes")  # the settings of --what=tokenizer alone (the others do nothing with them)
 
 
 @dataclass
