@@ -137,6 +137,10 @@ def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
     if run.exists() and not run.is_dir():
         raise UserError(f"out_dir={out_dir!r} is a file, not a run folder")
     best, latest = run / BEST, run / CHECKPOINT
+    if not best.exists() and not latest.exists():
+        where = "it holds" if run.is_dir() else "no such folder:"
+        raise UserError(f"out_dir={out_dir!r} holds no run ({where} no {BEST} or {CHECKPOINT}); give --out_dir=<the "
+                        "folder train.py wrote to> (its --out_dir), or --init_from=<a ckpt.pt, or gpt2>")
     if not best.exists():
         model, state = read_checkpoint(latest)
     else:
