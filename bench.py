@@ -52,7 +52,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import GPU_CHECK_ONLY, BenchConfig
+from benchmarks.common import GPU_CHECK_ONLY, TOKENIZER_ONLY, BenchConfig
 from benchmarks.decode_speed import bench_sample, bench_step_variants
 from benchmarks.encoding_speed import bench_encodings
 from benchmarks.gpu_check import gpu_check
@@ -143,6 +143,9 @@ def main(argv: list[str]) -> None:
     if set(chosen) & set(GPU_CHECK_ONLY):
         raise OptionError(f"{', '.join(sorted(set(chosen) & set(GPU_CHECK_ONLY)))}: settings of --what=gpu_check, "
                           f"which would do nothing with --what={bench.what}; drop them")
+    if bench.what != "tokenizer" and set(chosen) & set(TOKENIZER_ONLY):
+        raise OptionError(f"{', '.join(sorted(set(chosen) & set(TOKENIZER_ONLY)))}: settings of --what=tokenizer, "
+                          f"which would do nothing with --what={bench.what}; drop them, or give --what=tokenizer")
     if bench.what in ("sample", "step"):
         use_huge_pages()  # as sample.py, whose decoding these time (no tensor exists yet); train.py does not ask
     if bench.what == "tokenizer":

@@ -10,6 +10,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import math
 import operator
 import re
 import sys
@@ -73,7 +74,7 @@ def convert_value(name: str, value: object, hint: object) -> object:
                 return convert_value(name, value, arg)
             except OptionError:
                 pass
-        raise OptionError(f"--{name}={value!r}: expected {hint}")
+        raise OptionError(f"--{name}={value!r}: expected {hint}{''.join(_as_int(name, value, a) for a in args)}")
     if origin is list:
         if isinstance(value, str) and value.startswith("["):
             try:
@@ -104,13 +105,22 @@ def convert_value(name: str, value: object, hint: object) -> object:
         if hint is float and isinstance(number, int):
             number = float(number)
         if not isinstance(number, hint):
-            raise OptionError(f"--{name}={value!r}: expected {hint.__name__}")
+            raise OptionError(f"--{name}={value!r}: expected {hint.__name__}{_as_int(name, value, hint)}")
         return number
     if hint is str:
         if not isinstance(value, str):
             raise OptionError(f"--{name}={value!r}: expected a string")
         return value
     raise OptionError(f"--{name}: unsupported option type {hint}")
+
+
+def _as_int(name: str, value: object, hint: type) -> str:
+    """The fix where an int option got a whole number written as a float (1e3, 1000.0): "; give --name=1000"."""
+    try:
+        number = float(value) if hint is int and isinstance(value, (str, float)) else math.nan
+    except ValueError:
+        return ""
+    return f"; give --{name}={int(number)}" if math.isfinite(number) and number.is_integer() else ""
 
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,

@@ -92,6 +92,9 @@ class SampleConfig:
             given = "logprobs_file" if self.logprobs_file else "logprobs_overwrite"
             raise ValueError(f"{given} is a setting of --logprobs, which is off: it would do nothing; give "
                              "--logprobs=K, or drop it")
+        if self.no_cache and self.compile:  # generate_stream compiles the cached step only
+            raise ValueError("compile=True compiles the cached decode step, and no_cache=True runs the whole window "
+                             "every step instead: compile would do nothing; drop --compile, or --no_cache")
         if self.slide is not None and self.slide < 1:
             raise ValueError(f"slide={self.slide} must be >= 1, or None for block_size // 2")
         if self.prompts_per_line and not self.start.startswith("FILE:"):
@@ -134,6 +137,10 @@ def load_model(init_from: str, out_dir: str) -> tuple[GPT, Tokenizer]:
     if run.exists() and not run.is_dir():
         raise UserError(f"out_dir={out_dir!r} is a file, not a run folder")
     best, latest = run / BEST, run / CHECKPOINT
+    if not best.exists() and not latest.exists():
+        where = "it holds" if run.is_dir() else "no such folder:"
+        raise UserError(f"out_dir={out_dir!r} holds no run ({where} no {BEST} or {CHECKPOINT}); give --out_dir=<the "
+                        "folder train.py wrote to> (its --out_dir), or --init_from=<a ckpt.pt, or gpt2>")
     if not best.exists():
         model, state = read_checkpoint(latest)
     else:

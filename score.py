@@ -333,6 +333,9 @@ def score_text(config: ScoreConfig, poll: Callable[[], None]) -> dict:
     if not config.input:
         raise OptionError("no --input: give the text file to score (--input=FILE, repeatable; --input=- for stdin)")
     sizes = [None if name == "-" else input_size(name) for name in config.input]
+    if config.per_token and Path(config.per_token).is_dir():  # else found by the rename, once the text is scored
+        raise UserError(f"--per_token {config.per_token!r} is a folder; give the file to write, e.g. "
+                        f"--per_token={Path(config.per_token) / 'tokens.jsonl'}")
     if config.per_token and Path(config.per_token).exists() and not config.per_token_overwrite:
         raise UserError(f"--per_token {config.per_token!r} is already there (scored before?); give "
                         "--per_token_overwrite=True to replace it, or another --per_token=FILE")

@@ -15,6 +15,7 @@ WHAT = ("train", "sample", "step", "tokenizer", "study", "encodings", "nanogpt",
 GPU_CHECK_ONLY = ("out", "sections", "isolate", "check_seconds")
 GPU_CHECK_READS = ("what", "bench_steps", "warmup_steps", "max_new_tokens", "figures_file", "device", "dataset",
                    "nanogpt_dir")
+TOKENIZER_ONLY = ("input", "vocab_sizes")  # the settings of --what=tokenizer alone (the others do nothing with them)
 
 
 @dataclass

@@ -73,6 +73,18 @@ def test_tokenizer_bad_input_is_refused_before_any_process(tmp_path):
         bench.main(["--what=tokenizer", f"--input={tmp_path / 'short.txt'}", "--repeats=3"])
 
 
+@pytest.mark.parametrize("what", ["train", "sample"])
+def test_the_tokenizer_benchmarks_settings_are_refused_with_another_benchmark(what, tmp_path, monkeypatch):
+    """Was: --what=sample --input=a.txt --vocab_sizes=300 timed decoding as if neither were given."""
+    from errors import OptionError
+
+    monkeypatch.setattr(bench, "measure_once", lambda *args: pytest.fail("a benchmark ran"))
+    with pytest.raises(OptionError) as refused:
+        bench.main([f"--what={what}", f"--input={tmp_path / 'a.txt'}", "--vocab_sizes=300", "--repeats=1"])
+    assert str(refused.value) == (f"input, vocab_sizes: settings of --what=tokenizer, which would do nothing with "
+                                  f"--what={what}; drop them, or give --what=tokenizer")
+
+
 class FakeClock:
     """A clock that only the timed work moves, by what each call is given to take."""
 

@@ -198,6 +198,21 @@ def test_badly_typed_values_name_the_option(argv, option):
         parse(argv)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--count=1e3"], "--count='1e3': expected int; give --count=1000"),
+    (["--count=2000.0"], "--count='2000.0': expected int; give --count=2000"),
+    (["--count=1.5"], "--count='1.5': expected int"),
+    (["--count=1e999"], "--count='1e999': expected int"),
+    (["--count=nan"], "--count='nan': expected int"),
+    (["--limit=1e3"], "--limit='1e3': expected int | None; give --limit=1000"),
+])
+def test_a_whole_number_written_as_a_float_is_given_as_the_fix(argv, message):
+    """Was: "--max_iters='1e3': expected int", the fix left to the user (nanoGPT's configs write 5e3 as 5000)."""
+    with pytest.raises(OptionError) as refused:
+        parse(argv)
+    assert str(refused.value) == message
+
+
 def test_badly_typed_config_file_values_name_the_option(tmp_path):
     for text, option in [("count = 2.5\n", "count"), ("flag = 1\n", "flag"), ("name = 3\n", "name"),
                          ("count = True\n", "count"), ("sizes = [1, 'x']\n", "sizes")]:

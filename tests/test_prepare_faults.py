@@ -52,6 +52,8 @@ def test_an_out_dir_that_is_a_file(tmp_path, capsys):
     (["--tokenizer=bpe", "--vocab_size=100"], ["vocab_size=100 must be in [257, ", "--tokenizer=bpe"]),
     (["--tokenizer=bpe"], ["vocab_size=0 must be in [257, ", "e.g. --vocab_size=2048"]),
     (["--vocab_size=512"], ["vocab_size=512 applies to --tokenizer=bpe only"]),
+    (["--tokenizer=char", "--tokenizer_sample_bytes=5000"], ["tokenizer_sample_bytes=5000 applies to "
+                                                             "--tokenizer=bpe only", "it would do nothing"]),
     (["--tokenizer=bpe", "--vocab_size=2000"], ["vocab_size=2000 needs 1,743 merges", "bytes of training text"]),
     (["--tokenizer=bpe", "--vocab_size=400"], ["vocab_size=400 is more than this training text allows",
                                                "use --vocab_size="]),
@@ -84,7 +86,9 @@ def test_corpus_settings_that_size_processes_or_memory(tmp_path, capsys):
     (tmp_path / "a.txt").write_text(TEXT)
     for flag, fragments in [("--workers=1000", ["workers=1000 is more than", "per CPU core", "--workers="]),
                             ("--chunk_bytes=1000000000000", ["chunk_bytes=1000000000000", "at most"]),
-                            ("--vocab_size=300", ["vocab_size=300 applies to --tokenizer=bpe only"])]:
+                            ("--vocab_size=300", ["vocab_size=300 applies to --tokenizer=bpe only"]),
+                            ("--tokenizer_sample_bytes=5000", ["tokenizer_sample_bytes=5000 applies to "
+                                                               "--tokenizer=bpe only"])]:
         result = cli(corpus_main(), [f"--input={tmp_path / 'a.txt'}", f"--out_dir={tmp_path / 'out'}", flag],
                      capsys)
         assert_one_line_error(*result, *fragments)

@@ -167,7 +167,7 @@ def test_cli_bad_input_is_a_clear_error(trained_run, tmp_path):
     assert unknown.returncode == 2 and "'~'" in unknown.stderr and "Traceback" not in unknown.stderr
     missing = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path}"], cwd=REPO, capture_output=True,
                              text=True, timeout=120)
-    assert missing.returncode == 2 and "no checkpoint" in missing.stderr
+    assert missing.returncode == 2 and "holds no run" in missing.stderr
 
 
 @pytest.mark.gpt2_bpe

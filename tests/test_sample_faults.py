@@ -31,6 +31,19 @@ def test_bad_sampling_settings_are_one_line(run_copy, capsys, flag, fragment):
     assert_one_line_error(*result, fragment)
 
 
+@pytest.mark.parametrize("made", [False, True])
+def test_an_out_dir_without_a_run_names_the_fix(tmp_path, capsys, made):
+    """Was: "no checkpoint at out/ckpt.pt", no fix: what `python sample.py` said after the quick start, whose run is
+    in out-python-docs-char."""
+    if made:
+        (tmp_path / "out").mkdir()
+    result = cli(sample.main, [f"--out_dir={tmp_path / 'out'}", "--device=cpu"], capsys)
+    where = "it holds" if made else "no such folder:"
+    assert_one_line_error(*result, f"error: out_dir={str(tmp_path / 'out')!r} holds no run ({where} no best.pt or "
+                          "ckpt.pt); give --out_dir=<the folder train.py wrote to> (its --out_dir), or "
+                          "--init_from=<a ckpt.pt, or gpt2>")
+
+
 @pytest.mark.parametrize("kind", ["folder", "binary", "missing", "unreadable"])
 def test_bad_prompt_files_are_one_line(run_copy, capsys, kind):
     path = run_copy / "prompt"

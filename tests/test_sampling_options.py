@@ -299,6 +299,14 @@ def test_sampling_option_mistakes_are_one_line(tmp_path, capsys, flag, fragment)
     assert_one_line_error(*result, fragment)  # refused as the flags are read: before the model is looked for
 
 
+def test_compile_without_the_cache_is_refused_as_the_flags_are_read(tmp_path, capsys):
+    """Was: the uncached loop ran eager, and the last line said "(no cache, compiled decode step: its compilation
+    included)"."""
+    result = cli(sample.main, [f"--out_dir={tmp_path}", "--device=cpu", "--no_cache", "--compile"], capsys)
+    assert_one_line_error(*result, "compile=True compiles the cached decode step, and no_cache=True runs the whole "
+                          "window every step instead: compile would do nothing; drop --compile, or --no_cache")
+
+
 @torch.no_grad()
 def test_logprobs_past_the_vocabulary_and_an_unwritable_file_are_refused_before_sampling(tmp_path):
     model, tokenizer = tiny_model("learned"), CharTokenizer(CHARS)

@@ -372,6 +372,19 @@ def test_a_per_token_file_already_there_is_kept_unless_overwrite_is_given(run_di
         score.ScoreConfig(per_token_overwrite=True)
 
 
+def test_a_per_token_folder_is_refused_before_the_model_is_loaded(run_dir, tmp_path, monkeypatch):
+    """Was: the whole text scored (34 s for 215 KB), then "could not write ...: Is a directory"; and without
+    --per_token_overwrite, "already there ... give --per_token_overwrite=True", a fix that could not work."""
+    (tmp_path / "a.txt").write_text("hello world\n", encoding="utf-8")
+    monkeypatch.setattr(score, "load_model", lambda *args: pytest.fail("the model was loaded"))
+    for overwrite in (False, True):
+        with pytest.raises(UserError) as refused:
+            score.score(score.ScoreConfig(out_dir=str(run_dir), input=[str(tmp_path / "a.txt")], device="cpu",
+                                          per_token=str(tmp_path), per_token_overwrite=overwrite))
+        assert str(refused.value) == (f"--per_token {str(tmp_path)!r} is a folder; give the file to write, e.g. "
+                                      f"--per_token={tmp_path / 'tokens.jsonl'}")
+
+
 def test_a_second_signal_aborts_saying_what_scoring_leaves(monkeypatch, capsys):
     """Was: score.py's second Ctrl-C said "the checkpoints are the last ones saved whole", train.py's words."""
     def exit_now(code):

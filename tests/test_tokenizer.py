@@ -184,6 +184,7 @@ def test_bytes_per_token_of_a_learned_bpe_sum_to_the_texts_bytes(bpe):
     (dict(tokenizer="char", vocab_size=512), r"vocab_size=512 applies to --tokenizer=bpe only"),
     (dict(tokenizer="words"), r"tokenizer='words' must be char, gpt2 or bpe"),
     (dict(tokenizer="bpe", vocab_size=512, tokenizer_sample_bytes=0), r"tokenizer_sample_bytes=0 must be"),
+    (dict(tokenizer="gpt2", tokenizer_sample_bytes=1000), r"tokenizer_sample_bytes=1000 applies to --tokenizer=bpe"),
 ])
 def test_tokenizer_config_validation(settings, message):
     with pytest.raises(ValueError, match=message):

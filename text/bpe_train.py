@@ -18,13 +18,14 @@ from text.tokenizer import END_OF_TEXT, GPT2_PATTERN, KINDS, BPETokenizer
 SPECIAL_TOKENS = (END_OF_TEXT,)
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)  # every byte, then the special tokens
 MAX_VOCAB_SIZE = 1 << 20  # ids far past any useful vocabulary; uint32 on disk above 65,536
+SAMPLE_BYTES = 1 << 27  # tokenizer_sample_bytes' default: 128 MiB
 
 
 @dataclass
 class TokenizerConfig:
     tokenizer: str = ""  # char | gpt2 | bpe (learned from the training split); empty: the dataset's own default
     vocab_size: int = 0  # --tokenizer=bpe only: tokens in all, the 256 bytes and <|endoftext|> included
-    tokenizer_sample_bytes: int = 1 << 27  # bpe: learn from at most this many bytes of training text (128 MiB)
+    tokenizer_sample_bytes: int = SAMPLE_BYTES  # bpe: learn from at most this many bytes of training text (128 MiB)
 
     def __post_init__(self) -> None:
         if self.tokenizer not in ("", *KINDS):
@@ -38,6 +39,10 @@ class TokenizerConfig:
                              "the text's characters, gpt2's is 50257); drop it, or add --tokenizer=bpe")
         if self.tokenizer_sample_bytes < 1:
             raise ValueError(f"tokenizer_sample_bytes={self.tokenizer_sample_bytes} must be at least 1")
+        if self.tokenizer != "bpe" and self.tokenizer_sample_bytes != SAMPLE_BYTES:  # only a BPE learns from a sample
+            raise ValueError(f"tokenizer_sample_bytes={self.tokenizer_sample_bytes} applies to --tokenizer=bpe only "
+                             "(char and gpt2 tokenizers learn nothing): it would do nothing; drop it, or add "
+                             "--tokenizer=bpe")
 
 
 def byte_symbols() -> dict[str, int]:
