@@ -641,8 +641,8 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
             config, note = resumed_settings(config, trained or {}, TRAIN_FIELDS if explicit is None else explicit)
             note = note if explicit is not None else ""  # a caller's config is all given, on purpose (a study's)
             if explicit is not None and trained_model is not None:  # the run's settings, the flags' among them
-                refuse_unused(config, trained_model, explicit, "drop it (a resumed run keeps its checkpoint's "
-                              "model and optimizer)")
+                refuse_unused(config, trained_model, explicit - set(SCHEDULE_SETTINGS), "drop it (a resumed run "
+                              "keeps its checkpoint's model and optimizer)")
         explicit = frozenset({"dropout"}) if explicit is None else explicit  # a caller's model_config: its dropout
         data_dir = resolve_data_dir(config.dataset)
         data_description = read_description(data_dir)  # a dataset not there stops the run before out_dir is made
@@ -766,13 +766,25 @@ def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -
 # ---- the command line ---------------------------------------------------------------------------------------------
 
 
+# A schedule's own settings: given in a config file they may be a base's (the CPU configs build on baby_cpu.py,
+# nanoGPT's cosine recipe, whose lr_decay_iters the wsd configs inherit), so train.py refuses them unread only as
+# its flags (a study's cells as theirs).
+SCHEDULE_SETTINGS = ("warmup_iters", "min_lr", "lr_decay_iters")
+
+
 def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterable[str]) -> list[str]:
     """The given settings that would do nothing in this run, each said with why: another position encoding's (the
-    settings each encoding reads: positions.py), the wsd schedule's under another schedule, Muon's under AdamW, a
-    warmup's start without the warmup, a cautious decay of nothing, the EMA's start without an EMA, the batch's start
-    without its warmup."""
+    settings each encoding reads: positions.py), the cosine schedule's or the wsd schedule's under the other, a
+    schedule's under a constant rate, Muon's under AdamW, a warmup's start without the warmup, a cautious decay of
+    nothing, the EMA's start without an EMA, the batch's start without its warmup."""
     unused = []
     for name in given:
+        if name in SCHEDULE_SETTINGS and not config.decay_lr:
+            unused.append(f"{name} is a setting of the learning-rate schedule, and this run's rate is constant "
+                          "(decay_lr=False)")
+        elif name == "lr_decay_iters" and config.lr_schedule != "cosine":
+            unused.append(f"lr_decay_iters is a setting of lr_schedule=cosine, and this run's schedule is "
+                          f"{config.lr_schedule} (its decay ends at max_iters)")
         owners = [encoding for encoding, kind in ENCODINGS.items() if name in kind.settings]
         if owners and model_config.pos_encoding not in owners:
             unused.append(f"{name} is a setting of pos_encoding={'|'.join(owners)}, and this run's is "
@@ -808,9 +820,11 @@ def refuse_unused(config: TrainConfig, model_config: GPTConfig, given: Iterable[
 def main(argv: list[str]) -> None:
     (train_config, model_config), chosen = parse_options_and_choices(
         argv, (TrainConfig, GPTConfig), prog="train.py", description=__doc__, skip=("vocab_size",))
+    flags = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
     if train_config.init_from != "resume":  # a resumed run's settings are its checkpoint's: train_in_process's
-        refuse_unused(train_config, model_config, chosen, "drop it, or set the encoding, schedule or optimizer it "
-                      "belongs to")
+        refuse_unused(train_config, model_config, [name for name in chosen if name in flags or name not in
+                                                   SCHEDULE_SETTINGS],
+                      "drop it, or set the encoding, schedule or optimizer it belongs to")
     result = train(train_config, model_config, frozenset(chosen))
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM

@@ -427,6 +427,11 @@ def test_a_setting_shared_by_encodings_is_used_by_each_of_them():
     ({"t5_num_buckets": 4}, ["t5_num_buckets is a setting of pos_encoding=t5, and this run's is learned"]),
     ({"pos_encoding": "rope", "learned_init_std": 0.02}, ["learned_init_std is a setting of pos_encoding=learned"]),
     ({"wsd_decay_shape": "linear"}, ["wsd_decay_shape is a setting of lr_schedule=wsd", "schedule is cosine"]),
+    ({"lr_schedule": "wsd", "lr_decay_iters": 100},
+     ["lr_decay_iters is a setting of lr_schedule=cosine, and this run's schedule is wsd"]),
+    ({"decay_lr": False, "warmup_iters": 5, "min_lr": 1e-5},
+     ["warmup_iters is a setting of the learning-rate schedule, and this run's rate is constant (decay_lr=False); "
+      "min_lr is a setting of"]),
     ({"pos_encoding": "rope", "partial_rope_fraction": 0.5},
      ["partial_rope_fraction is a setting of pos_encoding=partial_rope, and this run's is rope"]),
     ({"pos_encoding": "rope", "rope_heads": 1},
@@ -442,6 +447,16 @@ def test_a_flag_that_would_do_nothing_is_refused_before_the_run(tmp_path, char_d
     result = cli(train_module.main, flags(tmp_path / "out", char_data, **given), capsys)
     assert_one_line_error(*result, *fragments, "it would do nothing")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_schedules_setting_from_a_config_file_is_no_flag_and_trains(tmp_path, char_data, capsys):
+    """The configs built on baby_cpu.py (nanoGPT's cosine recipe) inherit its lr_decay_iters under their wsd: a
+    config file's schedule settings are not refused, only train.py's flags are."""
+    config = tmp_path / "wsd.py"
+    config.write_text('lr_schedule = "wsd"\nlr_decay_iters = 100\n')
+    given = [flag for flag in flags(tmp_path / "out", char_data, max_iters=2) if "lr_decay_iters" not in flag]
+    code, out, err = cli(train_module.main, [str(config), *given], capsys)
+    assert code == 0 and "done: 2 iterations" in out, err
 
 
 @pytest.mark.parametrize("given, fragment", [

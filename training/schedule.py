@@ -90,7 +90,7 @@ def check_schedule(config: ScheduleSettings) -> None:
         raise ValueError(f"wsd_decay_fraction={config.wsd_decay_fraction} must be in [0, 1]")
     if config.lr_schedule == "wsd" and not config.decay_lr:  # get_lr would hold learning_rate without a word
         raise ValueError("lr_schedule='wsd' decays the learning rate, but decay_lr=False holds it constant; drop "
-                         "--decay_lr=False to decay it, or --lr_schedule=wsd for a constant rate")
+                         "--decay_lr=False to decay it, or give --lr_schedule=cosine beside it for a constant rate")
     if config.lr_schedule == "wsd":
         fraction, warmup = config.wsd_decay_fraction, config.warmup_iters
         stable_end = wsd_decay_start(config.max_iters, fraction)
