@@ -48,7 +48,7 @@ from pathlib import Path
 from errors import OptionError, main_guard
 from model import GPTConfig
 from options import parse_options_and_choices
-from study.config import PER_RUN, AblateConfig
+from study.config import PER_RUN, AblateConfig, unused_settings
 from study.cost import OutOfTime
 from study.jobs import stop_by_exception
 from study.stages import run_study
@@ -58,7 +58,8 @@ from train import TrainConfig
 def read_options(argv: list[str]) -> tuple[AblateConfig, TrainConfig, GPTConfig]:
     """The study's configs from config files and flags. A train config (config/train_*.py) may be the study's base:
     the out_dir it sets is ignored, with a note, since the study gives each run its own folder under study_dir; an
-    --out_dir flag is refused. --help lists neither it nor the other settings the study makes per run."""
+    --out_dir flag is refused. --help lists neither it nor the other settings the study makes per run. A flag that
+    would do nothing in this study (--lr_sweep_seeds without --lr_sweep) is refused; from a config file it is not."""
     asked_help = any(arg in ("-h", "--help") for arg in argv)
     per_run = tuple(set(PER_RUN) - {"overwrite"} - (set() if asked_help else {"out_dir"}))
     if any(arg.partition("=")[0] == "--out_dir" for arg in argv):
@@ -66,6 +67,13 @@ def read_options(argv: list[str]) -> tuple[AblateConfig, TrainConfig, GPTConfig]
                           "for where the study goes")
     configs, chosen = parse_options_and_choices(argv, (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py",
                                                 description=__doc__, skip=per_run)
+    flags = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
+    unused = unused_settings(configs[0], [name for name in chosen if name in flags])
+    if unused:
+        fixes = " and ".join(dict.fromkeys(fix for _, fix in unused))
+        one = len(unused) == 1
+        raise OptionError(f"{'; '.join(why for why, _ in unused)}: {'it' if one else 'they'} would do nothing; drop "
+                          f"{'it' if one else 'them'}, or {fixes}")
     if "out_dir" in chosen:
         print(f"note: out_dir={chosen['out_dir']!r} is ignored: each run trains in its own folder under "
               f"study_dir={configs[0].study_dir!r}", file=sys.stderr)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from errors import UserError, main_guard
+from errors import OptionError, UserError, main_guard
 from files import atomic_files
 from gpt.generate import StopText, check_penalties, generate_stream, token_logprobs
 from model import GPT
@@ -199,6 +199,22 @@ def stop_ids(tokenizer: Tokenizer, config: SampleConfig) -> frozenset[int]:
     return frozenset({eot}) if config.end_of_text_stops and eot is not None else frozenset()
 
 
+def refuse_unstopped_keep_stop(config: SampleConfig, flags: set[str], tokenizer: Tokenizer | None = None) -> None:
+    """--keep_stop=True where nothing can stop a sample (no --stop, and no <|endoftext|>: end_of_text_stops=False,
+    or a tokenizer without one) would do nothing: refused as a flag (a config file's is not: it may be meant for
+    the models with an <|endoftext|>). Without the tokenizer (before the model loads), only what the flags decide."""
+    if "keep_stop" not in flags or not config.keep_stop or config.stop:
+        return
+    if not config.end_of_text_stops:
+        why = "end_of_text_stops=False"
+    elif tokenizer is not None and getattr(tokenizer, "eot_token", None) is None:
+        why = "this model's tokenizer has no <|endoftext|>"
+    else:
+        return
+    raise OptionError(f"keep_stop is a setting of the stops (--stop, <|endoftext|>), and this run has none (no --stop; "
+                      f"{why}): it would do nothing; drop it, or give --stop=TEXT")
+
+
 def sample(model: GPT, tokenizer: Tokenizer, config: SampleConfig, on_text=None) -> list[str]:
     """num_samples continuations of the prompt (prompt included), each ended by its first stop (config.stop,
     <|endoftext|>) if it has one; with prompts_per_line, num_samples of each line's prompt, prompt by prompt. on_text
@@ -340,8 +356,11 @@ def main(argv: list[str]) -> None:
     use_huge_pages()
     (config,) = parse_options(argv, (SampleConfig,), prog="sample.py", description=__doc__)
     config = read_escapes(config)
+    flags = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
+    refuse_unstopped_keep_stop(config, flags)  # end_of_text_stops=False: before the model is looked for
     device = choose_device(config.device)
     model, tokenizer = load_model(config.init_from, config.out_dir)
+    refuse_unstopped_keep_stop(config, flags, tokenizer)  # a tokenizer without <|endoftext|>: before any decoding
     model.eval().to(device)
 
     def show(piece: str) -> None:

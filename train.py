@@ -641,7 +641,7 @@ def train_in_process(config: TrainConfig, model_config: GPTConfig, explicit: fro
             config, note = resumed_settings(config, trained or {}, TRAIN_FIELDS if explicit is None else explicit)
             note = note if explicit is not None else ""  # a caller's config is all given, on purpose (a study's)
             if explicit is not None and trained_model is not None:  # the run's settings, the flags' among them
-                refuse_unused(config, trained_model, explicit - set(SCHEDULE_SETTINGS), "drop it (a resumed run "
+                refuse_unused(config, trained_model, explicit - set(FLAG_ONLY_SETTINGS), "drop it (a resumed run "
                               "keeps its checkpoint's model and optimizer)")
         explicit = frozenset({"dropout"}) if explicit is None else explicit  # a caller's model_config: its dropout
         data_dir = resolve_data_dir(config.dataset)
@@ -770,13 +770,17 @@ def log_train(run: Run, window: dict, train_loss: float, lr: float, bar: tqdm) -
 # nanoGPT's cosine recipe, whose lr_decay_iters the wsd configs inherit), so train.py refuses them unread only as
 # its flags (a study's cells as theirs).
 SCHEDULE_SETTINGS = ("warmup_iters", "min_lr", "lr_decay_iters")
+# Weights & Biases' settings, read only with wandb_log: nanoGPT's config files set them with wandb_log = False (on if
+# you like), so train.py refuses them unread only as its flags, like the schedule's.
+WANDB_SETTINGS = ("wandb_project", "wandb_run_name", "wandb_mode")
+FLAG_ONLY_SETTINGS = SCHEDULE_SETTINGS + WANDB_SETTINGS
 
 
 def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterable[str]) -> list[str]:
     """The given settings that would do nothing in this run, each said with why: another position encoding's (the
     settings each encoding reads: positions.py), the cosine schedule's or the wsd schedule's under the other, a
     schedule's under a constant rate, Muon's under AdamW, a warmup's start without the warmup, a cautious decay of
-    nothing, the EMA's start without an EMA, the batch's start without its warmup."""
+    nothing, the EMA's start without an EMA, the batch's start without its warmup, wandb's without wandb_log."""
     unused = []
     for name in given:
         if name in SCHEDULE_SETTINGS and not config.decay_lr:
@@ -804,6 +808,9 @@ def unused_settings(config: TrainConfig, model_config: GPTConfig, given: Iterabl
             unused.append("cautious_weight_decay masks the weight decay, and this run's weight_decay is 0")
         if name == "ema_start" and not config.ema_decay:
             unused.append("ema_start is a setting of ema_decay, and this run's is 0 (no EMA)")
+        if name in WANDB_SETTINGS and not config.wandb_log:
+            unused.append(f"{name} is a setting of wandb_log, and this run's is False (no metrics go to Weights & "
+                          "Biases; --wandb_log=True sends them)")
         if name == "batch_size_start" and not config.batch_size_warmup:
             unused.append("batch_size_start is a setting of batch_size_warmup, and this run's is 0 (the batch is "
                           f"batch_size={config.batch_size} from step 0)")
@@ -821,10 +828,11 @@ def main(argv: list[str]) -> None:
     (train_config, model_config), chosen = parse_options_and_choices(
         argv, (TrainConfig, GPTConfig), prog="train.py", description=__doc__, skip=("vocab_size",))
     flags = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
-    if train_config.init_from != "resume":  # a resumed run's settings are its checkpoint's: train_in_process's
-        refuse_unused(train_config, model_config, [name for name in chosen if name in flags or name not in
-                                                   SCHEDULE_SETTINGS],
-                      "drop it, or set the encoding, schedule or optimizer it belongs to")
+    given = [name for name in chosen if name in flags or name not in FLAG_ONLY_SETTINGS]
+    if train_config.init_from == "resume":  # a resumed run's settings are its checkpoint's (train_in_process's),
+        given = [name for name in given if name in WANDB_SETTINGS]  # but wandb's are this process's
+    refuse_unused(train_config, model_config, given, "drop it, or set the encoding, schedule, optimizer or switch it "
+                  "belongs to")
     result = train(train_config, model_config, frozenset(chosen))
     if result["interrupted"]:
         sys.exit(128 + result["interrupted"])  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM

@@ -3,6 +3,7 @@ shares: the lowest module of the study, which the others import, so that none of
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from errors import OptionError
@@ -117,6 +118,31 @@ class AblateConfig:
             raise ValueError(f"target_loss={self.target_loss} must be a finite loss > 0 (nats/token), or 0 for none")
         if not self.variants and not self.grid:
             raise ValueError("no cells to compare: give --variants=learned,none or --grid=name=v1,v2")
+
+
+# The settings another study setting switches on: read only where it is on. ablate.py refuses them as its flags only,
+# since a config file may hold them for a switch the command line turns off (--lr_sweep= on a sweep's config,
+# --protocols=nonoverlapping on one with a sliding window).
+LR_SWEEP_SETTINGS = ("lr_sweep_seeds", "lr_sweep_budget", "lr_sweep_first_seed")
+SLIDING_SETTINGS = ("sliding_window", "sliding_stride")
+
+
+def unused_settings(ablate: AblateConfig, given: Iterable[str]) -> list[tuple[str, str]]:
+    """The given settings that would do nothing in this study, each as (what it belongs to and why, the fix): the
+    sweep's without --lr_sweep, extra_seeds without --extra_budgets, the sliding window's without the sliding
+    protocol."""
+    unused = []
+    for name in given:
+        if name in LR_SWEEP_SETTINGS and not ablate.lr_sweep:
+            unused.append((f"{name} is a setting of lr_sweep, and this study's lr_sweep is [] (no sweep)",
+                           "give --lr_sweep=3e-4,1e-3 (the rates each cell tries)"))
+        elif name == "extra_seeds" and not ablate.extra_budgets:
+            unused.append(("extra_seeds is a setting of extra_budgets, and this study's extra_budgets is [] (no "
+                           "extra budget)", "give --extra_budgets with --extra_variants"))
+        elif name in SLIDING_SETTINGS and "sliding" not in ablate.protocols:
+            unused.append((f"{name} is a setting of protocols=sliding, and this study's protocols are "
+                           f"{','.join(ablate.protocols)}", "add sliding to --protocols"))
+    return unused
 
 
 def check_seeds(name: str, first: int, count: int) -> None:

@@ -31,6 +31,23 @@ def test_bad_sampling_settings_are_one_line(run_copy, capsys, flag, fragment):
     assert_one_line_error(*result, fragment)
 
 
+def test_keep_stop_where_the_tokenizer_has_no_end_of_text_is_refused_before_decoding(run_copy, capsys):
+    """Was: sampled as without it: the char run's tokenizer has no <|endoftext|>, and no --stop was given. With a
+    --stop it samples; from a config file (meant for models with an <|endoftext|>) it is not refused."""
+    run = [f"--out_dir={run_copy / 'run'}", "--device=cpu", "--max_new_tokens=4"]
+    code, out, err = cli(sample.main, [*run, "--keep_stop=True"], capsys)
+    assert_one_line_error(code, out, err, "keep_stop is a setting of the stops (--stop, <|endoftext|>), and this run "
+                          "has none (no --stop; this model's tokenizer has no <|endoftext|>): it would do nothing; "
+                          "drop it, or give --stop=TEXT")
+    assert out == ""  # no sample drawn
+    code, out, err = cli(sample.main, [*run, "--keep_stop=True", "--stop=e"], capsys)
+    assert code == 0 and "---------------" in out, err
+    config = run_copy / "keep.py"
+    config.write_text("keep_stop = True\n")
+    code, out, err = cli(sample.main, [str(config), *run], capsys)
+    assert code == 0 and "---------------" in out, err
+
+
 @pytest.mark.parametrize("made", [False, True])
 def test_an_out_dir_without_a_run_names_the_fix(tmp_path, capsys, made):
     """Was: "no checkpoint at out/ckpt.pt", no fix: what `python sample.py` said after the quick start, whose run is

@@ -307,6 +307,15 @@ def test_compile_without_the_cache_is_refused_as_the_flags_are_read(tmp_path, ca
                           "window every step instead: compile would do nothing; drop --compile, or --no_cache")
 
 
+def test_keep_stop_without_any_stop_is_refused_as_the_flags_are_read(tmp_path, capsys):
+    """Was: sampled as without it: no --stop, and end_of_text_stops=False, leave nothing for it to keep."""
+    result = cli(sample.main, [f"--out_dir={tmp_path}", "--device=cpu", "--keep_stop", "--end_of_text_stops=False"],
+                 capsys)
+    assert_one_line_error(*result, "keep_stop is a setting of the stops (--stop, <|endoftext|>), and this run has "
+                          "none (no --stop; end_of_text_stops=False): it would do nothing; drop it, or give "
+                          "--stop=TEXT")
+
+
 @torch.no_grad()
 def test_logprobs_past_the_vocabulary_and_an_unwritable_file_are_refused_before_sampling(tmp_path):
     model, tokenizer = tiny_model("learned"), CharTokenizer(CHARS)

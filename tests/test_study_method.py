@@ -409,6 +409,41 @@ def test_bad_cells_and_settings_are_one_line_before_training(tmp_path, data_dir,
     assert not (tmp_path / "study").exists()  # refused before anything was made
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--lr_sweep_seeds=3"], "error: lr_sweep_seeds is a setting of lr_sweep, and this study's lr_sweep is [] (no "
+                             "sweep): it would do nothing; drop it, or give --lr_sweep=3e-4,1e-3"),
+    (["--lr_sweep_budget=4", "--lr_sweep_first_seed=7"], "error: lr_sweep_budget is a setting of lr_sweep, and this "
+     "study's lr_sweep is [] (no sweep); lr_sweep_first_seed is a setting of lr_sweep"),
+    (["--extra_seeds", "2"], "error: extra_seeds is a setting of extra_budgets, and this study's extra_budgets is [] "
+                             "(no extra budget): it would do nothing; drop it, or give --extra_budgets with "
+                             "--extra_variants"),
+    (["--protocols=nonoverlapping", "--sliding_window=8", "--sliding_stride=4"],
+     "error: sliding_window is a setting of protocols=sliding, and this study's protocols are nonoverlapping; "
+     "sliding_stride is a setting of protocols=sliding, and this study's protocols are nonoverlapping: they would do "
+     "nothing; drop them, or add sliding to --protocols"),
+])
+def test_a_study_flag_that_would_do_nothing_is_refused_before_the_study(tmp_path, data_dir, capsys, flags, message):
+    """Was: studied without a word, with no sweep, no extra budget or no sliding protocol to read them."""
+    base = [f"--study_dir={tmp_path / 'study'}", f"--dataset={data_dir}", "--variants=rope", "--device=cpu"]
+    code, output = ablate_cli(base + flags, capsys)
+    assert code == 2 and output.strip().startswith(message) and len(output.strip().splitlines()) == 1, output
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_study_setting_from_a_config_file_is_no_flag_and_runs(tmp_path, data_dir, capsys):
+    """A config file's sweep, extra budgets and sliding window, turned off by flags, leave its settings of them
+    behind: those are not refused, only ablate.py's flags are."""
+    config = tmp_path / "sweep.py"
+    config.write_text('lr_sweep = [1e-3, 3e-3]\nlr_sweep_seeds = 1\nlr_sweep_budget = 4\nlr_sweep_first_seed = 50\n'
+                      'budgets = [8, 12]\nextra_budgets = [16]\nextra_variants = ["rope"]\nextra_seeds = 1\n'
+                      'protocols = ["nonoverlapping", "sliding"]\nsliding_window = 8\nsliding_stride = 4\n')
+    flags = ["--lr_sweep=", "--extra_budgets=", "--extra_variants=", "--protocols=nonoverlapping",
+             f"--study_dir={tmp_path / 'study'}", f"--dataset={data_dir}", "--variants=rope", "--seeds=1",
+             "--list_runs=True", "--device=cpu", "--n_layer=1", "--n_head=2", "--n_embd=16", f"--block_size={BLOCK}"]
+    code, output = ablate_cli([config, *flags], capsys)
+    assert code == 0 and "error" not in output, output
+
+
 def test_old_dataset_without_test_split_is_one_line(tmp_path, data_dir, capsys):
     old = tmp_path / "old"
     shutil.copytree(data_dir, old)

@@ -432,6 +432,9 @@ def test_a_setting_shared_by_encodings_is_used_by_each_of_them():
     ({"decay_lr": False, "warmup_iters": 5, "min_lr": 1e-5},
      ["warmup_iters is a setting of the learning-rate schedule, and this run's rate is constant (decay_lr=False); "
       "min_lr is a setting of"]),
+    ({"wandb_project": "owt", "wandb_mode": "offline"},
+     ["wandb_project is a setting of wandb_log, and this run's is False (no metrics go to Weights & Biases; "
+      "--wandb_log=True sends them); wandb_mode is a setting of wandb_log"]),
     ({"pos_encoding": "rope", "partial_rope_fraction": 0.5},
      ["partial_rope_fraction is a setting of pos_encoding=partial_rope, and this run's is rope"]),
     ({"pos_encoding": "rope", "rope_heads": 1},
@@ -457,6 +460,23 @@ def test_a_schedules_setting_from_a_config_file_is_no_flag_and_trains(tmp_path, 
     given = [flag for flag in flags(tmp_path / "out", char_data, max_iters=2) if "lr_decay_iters" not in flag]
     code, out, err = cli(train_module.main, [str(config), *given], capsys)
     assert code == 0 and "done: 2 iterations" in out, err
+
+
+def test_wandb_settings_from_a_config_file_are_no_flags_and_train(tmp_path, char_data, capsys):
+    """nanoGPT's config files set wandb_project and wandb_run_name beside wandb_log = False ("on if you like"): from
+    a config file they are not refused, on a new run or a resumed one; as flags they are, on a resumed one too (its
+    wandb settings are this process's, not the checkpoint's)."""
+    config = tmp_path / "gpt2.py"
+    config.write_text('wandb_log = False\nwandb_project = "owt"\nwandb_run_name = "gpt2-124M"\n')
+    code, out, err = cli(train_module.main, [str(config), *flags(tmp_path / "out", char_data, max_iters=2)], capsys)
+    assert code == 0 and "done: 2 iterations" in out, err
+    resume = [f"--out_dir={tmp_path / 'out'}", "--init_from=resume", "--max_iters=3", "--progress=False",
+              f"--dataset={char_data}"]
+    code, out, err = cli(train_module.main, [str(config), *resume], capsys)
+    assert code == 0 and "done: 3 iterations" in out, err
+    result = cli(train_module.main, [*resume, "--max_iters=4", "--wandb_run_name=again"], capsys)
+    assert_one_line_error(*result, "wandb_run_name is a setting of wandb_log, and this run's is False", "it would do "
+                          "nothing; drop it")
 
 
 @pytest.mark.parametrize("given, fragment", [
