@@ -47,7 +47,7 @@ from pathlib import Path
 
 from errors import OptionError, main_guard
 from model import GPTConfig
-from options import parse_options_and_choices
+from options import flag_names, parse_options_and_choices
 from study.config import PER_RUN, AblateConfig, unused_settings
 from study.cost import OutOfTime
 from study.jobs import stop_by_exception
@@ -67,7 +67,7 @@ def read_options(argv: list[str]) -> tuple[AblateConfig, TrainConfig, GPTConfig]
                           "for where the study goes")
     configs, chosen = parse_options_and_choices(argv, (AblateConfig, TrainConfig, GPTConfig), prog="ablate.py",
                                                 description=__doc__, skip=per_run)
-    flags = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
+    flags = flag_names(argv)
     unused = unused_settings(configs[0], [name for name in chosen if name in flags])
     if unused:
         fixes = " and ".join(dict.fromkeys(fix for _, fix in unused))

@@ -311,6 +311,11 @@ def chosen_values(argv: list[str], sections: tuple[type, ...], skip: tuple[str, 
     return chosen
 
 
+def flag_names(argv: list[str]) -> set[str]:
+    """The fields argv names as --key=value flags (config files' values are not among them)."""
+    return {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
+
+
 def without_flags(argv: list[str], names: typing.Container[str]) -> list[str]:
     """argv less its flags of these fields (--name=value or `--name value`; fields that take a value, not bools),
     for a process started again with values of its own for them: a list flag given twice is refused."""

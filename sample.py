@@ -24,7 +24,7 @@ from errors import OptionError, UserError, main_guard
 from files import atomic_files
 from gpt.generate import StopText, check_penalties, generate_stream, token_logprobs
 from model import GPT
-from options import REPEATED, parse_options
+from options import REPEATED, flag_names, parse_options
 from text.dataset import read_text
 from text.tokenizer import GPT2Tokenizer, Tokenizer, dropped_characters, from_description
 from training.checkpoint import SEED_LIMIT, check_init_from, load_pretrained, read_checkpoint
@@ -205,12 +205,9 @@ def refuse_unstopped_keep_stop(config: SampleConfig, flags: set[str], tokenizer:
     the models with an <|endoftext|>). Without the tokenizer (before the model loads), only what the flags decide."""
     if "keep_stop" not in flags or not config.keep_stop or config.stop:
         return
-    if not config.end_of_text_stops:
-        why = "end_of_text_stops=False"
-    elif tokenizer is not None and getattr(tokenizer, "eot_token", None) is None:
-        why = "this model's tokenizer has no <|endoftext|>"
-    else:
+    if config.end_of_text_stops and (tokenizer is None or stop_ids(tokenizer, config)):
         return
+    why = "end_of_text_stops=False" if not config.end_of_text_stops else "this model's tokenizer has no <|endoftext|>"
     raise OptionError(f"keep_stop is a setting of the stops (--stop, <|endoftext|>), and this run has none (no --stop; "
                       f"{why}): it would do nothing; drop it, or give --stop=TEXT")
 
@@ -356,7 +353,7 @@ def main(argv: list[str]) -> None:
     use_huge_pages()
     (config,) = parse_options(argv, (SampleConfig,), prog="sample.py", description=__doc__)
     config = read_escapes(config)
-    flags = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
+    flags = flag_names(argv)
     refuse_unstopped_keep_stop(config, flags)  # end_of_text_stops=False: before the model is looked for
     device = choose_device(config.device)
     model, tokenizer = load_model(config.init_from, config.out_dir)

@@ -28,7 +28,7 @@ from errors import OptionError, UserError, main_guard
 from gpt.extend import METHODS, extend_for_training
 from layers.positions import ENCODINGS
 from model import GPT, GPTConfig
-from options import parse_options_and_choices
+from options import flag_names, parse_options_and_choices
 from text.dataset import check_recorded_tokens, get_batch, load_split, resolve_data_dir, sample_offsets
 from text.tokenizer import bits_per_unit, from_description, read_description, token_byte_counts
 from training.batch_schedule import batch_size_at, check_batch_schedule, sequences_before
@@ -827,7 +827,7 @@ def refuse_unused(config: TrainConfig, model_config: GPTConfig, given: Iterable[
 def main(argv: list[str]) -> None:
     (train_config, model_config), chosen = parse_options_and_choices(
         argv, (TrainConfig, GPTConfig), prog="train.py", description=__doc__, skip=("vocab_size",))
-    flags = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
+    flags = flag_names(argv)
     given = [name for name in chosen if name in flags or name not in FLAG_ONLY_SETTINGS]
     if train_config.init_from == "resume":  # a resumed run's settings are its checkpoint's (train_in_process's),
         given = [name for name in given if name in WANDB_SETTINGS]  # but wandb's are this process's

@@ -37,7 +37,7 @@ from benchmarks.decode_speed import (
     decode_step_rate,
     floor_pass,
 )
-from benchmarks.nanogpt_train import STEP_LINE
+from benchmarks.nanogpt_train import STEP_LINE, nanogpt_step_times
 from benchmarks.train_speed import BareLoop, Variant, data_sheet_peak, matmul_peak
 from errors import OptionError, UserError
 from files import write_atomic
@@ -257,13 +257,12 @@ def nanogpt_124m_section(check: Check) -> dict:
         command = [sys.executable, str(nanogpt_dir / "train.py"), *(f"--{k}={v}" for k, v in settings.items())]
         done = subprocess.run(command, cwd=work, capture_output=True, text=True)
     print(done.stdout + done.stderr, flush=True)  # into the section's log
-    times = {int(step): float(ms) / 1000 for step, ms in STEP_LINE.findall(done.stdout)}
-    if done.returncode or sorted(times)[:steps] != list(range(steps)):
+    if done.returncode:
         last = next((line for line in reversed((done.stdout + done.stderr).splitlines()) if line.strip()), "")
-        raise RuntimeError(f"nanoGPT's train.py exited {done.returncode} after printing {len(times)} of "
-                           f"{steps} steps: {last}")
-    rate = tokens_per_iter(config, model_config) / statistics.median(
-        times[i] for i in range(check.bench.warmup_steps, steps))
+        raise RuntimeError(f"nanoGPT's train.py exited {done.returncode} after printing "
+                           f"{len(STEP_LINE.findall(done.stdout))} of {steps} steps: {last}")
+    times = nanogpt_step_times(done.stdout, steps)
+    rate = tokens_per_iter(config, model_config) / statistics.median(times[check.bench.warmup_steps:])
     with torch.device("meta"):  # the FLOP count of the shape, without its weights
         flops = GPT(model_config).flops_per_token(model_config.block_size)
     values = {"tokens_per_s": rate, "achieved_flops": rate * flops, "first_step_s": times[0], "steps": steps,

@@ -83,12 +83,18 @@ def nanogpt_folder(work: Path, data_dir: Path, nanogpt_dir: Path) -> None:
     (work / "configurator.py").symlink_to(nanogpt_dir.resolve() / "configurator.py")
 
 
-def nanogpt_seconds(output: str, max_iters: int, eval_interval: int) -> float:
-    """nanoGPT's training time from its per-step lines: its first max_iters steps, each that began with an
-    evaluation counted as the median of the others."""
+def nanogpt_step_times(output: str, max_iters: int) -> list[float]:
+    """Seconds of each of nanoGPT's first max_iters steps, from the lines its train.py prints (--log_interval=1)."""
     times = {int(step): float(ms) / 1000 for step, ms in STEP_LINE.findall(output)}
     if sorted(times)[:max_iters] != list(range(max_iters)):
         raise RuntimeError(f"nanoGPT's train.py printed steps {sorted(times)[:5]}..., not 0..{max_iters - 1}")
+    return [times[i] for i in range(max_iters)]
+
+
+def nanogpt_seconds(output: str, max_iters: int, eval_interval: int) -> float:
+    """nanoGPT's training time from its per-step lines: its first max_iters steps, each that began with an
+    evaluation counted as the median of the others."""
+    times = nanogpt_step_times(output, max_iters)
     plain = [times[i] for i in range(max_iters) if i % eval_interval]
     typical = statistics.median(plain)
     return sum(plain) + typical * sum(1 for i in range(max_iters) if i % eval_interval == 0)
